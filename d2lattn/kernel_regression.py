@@ -1,0 +1,159 @@
+r"""Nadaraya–Watson kernel regression: attention pooling before deep learning.
+
+.. math:: \hat f(x) = \sum_{i=1}^n \frac{K\big((x - x_i)/\sigma\big)}
+          {\sum_{j=1}^n K\big((x - x_j)/\sigma\big)}\; y_i
+
+The query is ``x``, the keys are the training inputs ``x_i``, the values are the training
+targets ``y_i``, and the normalized kernel values are the attention weights.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Dict, Optional, Tuple
+
+import torch
+from torch import Tensor, nn
+
+from .masking import masked_softmax
+
+__all__ = ["KERNELS", "nadaraya_watson", "NadarayaWatsonRegression"]
+
+
+def _gaussian(u: Tensor) -> Tensor:
+    return torch.exp(-0.5 * u**2)
+
+
+def _boxcar(u: Tensor) -> Tensor:
+    return (u.abs() <= 1).to(u.dtype)
+
+
+def _constant(u: Tensor) -> Tensor:
+    return torch.ones_like(u)
+
+
+def _epanechnikov(u: Tensor) -> Tensor:
+    return torch.clamp(1 - u**2, min=0)
+
+
+#: The kernels of :func:`nadaraya_watson`, each a function of ``u = (x - x_i) / bandwidth``,
+#: up to a constant factor that cancels in the normalization.
+KERNELS: Dict[str, Callable[[Tensor], Tensor]] = {
+    "gaussian": _gaussian,  # exp(-u^2 / 2)
+    "boxcar": _boxcar,  # 1 if |u| <= 1 else 0 (uniform / rectangular)
+    "constant": _constant,  # 1: every query gets the plain average of y_train
+    "epanechnikov": _epanechnikov,  # max(0, 1 - u^2), a parabola; not the triangle 1 - |u|
+}
+
+
+def _check_1d(name: str, t: Tensor) -> None:
+    if not isinstance(t, Tensor) or not t.is_floating_point() or t.dim() != 1:
+        shape = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
+        raise ValueError(f"{name} must be a 1-D floating-point tensor, got {shape}")
+
+
+def nadaraya_watson(
+    x_train: Tensor,
+    y_train: Tensor,
+    x_query: Tensor,
+    kernel: str = "gaussian",
+    bandwidth: float = 1.0,
+) -> Tuple[Tensor, Tensor]:
+    r"""Nonparametric Nadaraya–Watson regression with a fixed kernel and bandwidth.
+
+    Args:
+        x_train: ``(n,)`` float, the keys (training inputs).
+        y_train: ``(n,)`` float, the values (training targets).
+        x_query: ``(m,)`` float, the queries (where to predict).
+        kernel: one of ``"gaussian"``, ``"boxcar"``, ``"constant"``, ``"epanechnikov"``
+            (see :data:`KERNELS`), evaluated at ``u = (x_query - x_train) / bandwidth``.
+        bandwidth: sigma > 0, in the units of ``x``.
+
+    Returns:
+        ``(y_hat, weights)``: predictions ``(m,)`` and attention weights ``(m, n)`` whose rows
+        sum to 1. A query with zero total kernel weight (possible for ``"boxcar"`` and
+        ``"epanechnikov"`` when no training input lies within one bandwidth) gets a row of
+        zero weights and ``y_hat = 0``, the same rule as :func:`d2lattn.masked_softmax` for a
+        query with no valid key. The Gaussian weights are computed as a softmax of
+        ``-u**2 / 2``, so they never underflow to an all-zero row.
+
+    Raises:
+        ValueError: if an input is not a 1-D float tensor, ``x_train`` and ``y_train`` differ
+            in length, ``n == 0``, the kernel is unknown, or ``bandwidth <= 0``.
+
+    Example:
+        >>> x = torch.tensor([0.0, 1.0, 2.0]); y = torch.tensor([0.0, 1.0, 4.0])
+        >>> y_hat, w = nadaraya_watson(x, y, torch.tensor([1.0]), kernel="boxcar")
+        >>> y_hat, w
+        (tensor([1.6667]), tensor([[0.3333, 0.3333, 0.3333]]))
+
+    Source: Nadaraya (1964); Watson (1964); d2l.ai section 11.2.
+    """
+    for name, t in (("x_train", x_train), ("y_train", y_train), ("x_query", x_query)):
+        _check_1d(name, t)
+    if x_train.shape != y_train.shape:
+        raise ValueError(f"x_train and y_train must have the same length, got "
+                         f"{x_train.shape[0]} and {y_train.shape[0]}")
+    if x_train.shape[0] == 0:
+        raise ValueError("x_train must hold at least one training example")
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {sorted(KERNELS)}, got {kernel!r}")
+    if not bandwidth > 0:
+        raise ValueError(f"bandwidth must be positive, got {bandwidth}")
+    u = (x_query[:, None] - x_train[None, :]) / bandwidth  # (m, n)
+    if kernel == "gaussian":
+        weights = torch.softmax(-0.5 * u**2, dim=-1)  # (m, n), exp(-u^2/2) normalized
+    else:
+        k = KERNELS[kernel](u)  # (m, n), non-negative
+        total = k.sum(dim=-1, keepdim=True)  # (m, 1)
+        weights = torch.where(total > 0, k / torch.where(total > 0, total, 1.0), 0.0)
+    return weights @ y_train, weights  # (m,), (m, n)
+
+
+class NadarayaWatsonRegression(nn.Module):
+    r"""Parametric Nadaraya–Watson regression: a Gaussian kernel with a learnable width.
+
+    .. math:: \hat f(x) = \sum_i \mathrm{softmax}_i\!\Big(-\tfrac12 \big((x - x_i)\, w\big)^2\Big)\, y_i
+
+    ``w`` is the inverse of the bandwidth (``w = 1 / sigma``): a larger ``w`` gives a
+    narrower kernel and spikier weights.
+
+    Args:
+        w: initial value of the learnable scale (a float).
+
+    Parameters:
+        w: ``()`` float32, the learnable inverse bandwidth.
+
+    Shapes (``forward``):
+        x_query ``(m,)``, x_train ``(n,)``, y_train ``(n,)`` float; optional ``mask``
+        ``(m, n)`` bool (True = may attend), for example ``~torch.eye(n, dtype=bool)`` to
+        leave each training point out of its own prediction. Returns ``(m,)``.
+
+    Attributes:
+        attention_weights: ``(m, n)`` weights of the last call, detached.
+
+    Raises:
+        ValueError: on inputs that are not 1-D float tensors, mismatched lengths, or a mask
+            that does not broadcast to ``(m, n)``.
+
+    Source: d2l.ai section 11.2 (parametric attention pooling); Nadaraya (1964); Watson (1964).
+    """
+
+    attention_weights: Optional[Tensor]
+
+    def __init__(self, w: float = 1.0) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.tensor(float(w)))
+        self.attention_weights = None
+
+    def forward(
+        self, x_query: Tensor, x_train: Tensor, y_train: Tensor, mask: Optional[Tensor] = None
+    ) -> Tensor:
+        for name, t in (("x_query", x_query), ("x_train", x_train), ("y_train", y_train)):
+            _check_1d(name, t)
+        if x_train.shape != y_train.shape:
+            raise ValueError(f"x_train and y_train must have the same length, got "
+                             f"{x_train.shape[0]} and {y_train.shape[0]}")
+        u = (x_query[:, None] - x_train[None, :]) * self.w  # (m, n)
+        weights = masked_softmax(-0.5 * u**2, mask=mask)  # (m, n)
+        self.attention_weights = weights.detach()
+        return weights @ y_train  # (m,)

@@ -1,0 +1,184 @@
+"""Masked softmax: the *normalize* step of attention, made aware of padding.
+
+Shape legend used throughout d2lattn (see the book's notation page):
+
+====  ==========================================
+B     batch size
+Q     number of queries
+K     number of keys (= number of values)
+d     query/key feature size
+v     value feature size
+h     number of heads
+====  ==========================================
+
+Mask convention: a boolean ``mask`` is **True where a query may attend to a key**, the
+convention of :func:`torch.nn.functional.scaled_dot_product_attention`. (The opposite
+convention, True = ignore, is used by :class:`torch.nn.MultiheadAttention`; chapter 3 of the
+book shows how to translate between them.)
+
+Empty rows: a query that has no key it may attend to gets an all-zero row of weights, so the
+pooled output for it is the zero vector. Never NaN, in the forward or the backward pass.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence, Union
+
+import torch
+from torch import Tensor
+
+__all__ = ["masked_softmax", "valid_lens_to_mask"]
+
+ValidLens = Union[Tensor, Sequence[int]]
+
+
+def _as_valid_lens(valid_lens: ValidLens) -> Tensor:
+    """Turn ``valid_lens`` into an integer tensor, or raise ``ValueError``."""
+    if not isinstance(valid_lens, Tensor):
+        try:
+            valid_lens = torch.as_tensor(valid_lens)
+        except (TypeError, ValueError, RuntimeError) as err:
+            raise ValueError(
+                f"valid_lens must be an integer tensor of shape (B,) or (B, Q); got {valid_lens!r}"
+            ) from err
+    if valid_lens.dtype == torch.bool or valid_lens.is_floating_point() or valid_lens.is_complex():
+        raise ValueError(f"valid_lens must have an integer dtype, got {valid_lens.dtype}")
+    return valid_lens
+
+
+def valid_lens_to_mask(valid_lens: ValidLens, num_queries: int, num_keys: int) -> Tensor:
+    """Turn valid lengths into a boolean mask (True = may attend).
+
+    Args:
+        valid_lens: ``(B,)`` integers, one valid length per sequence, or ``(B, Q)``, one per
+            query; each in ``[0, num_keys]``.
+        num_queries: Q, the number of queries (rows of the score matrix).
+        num_keys: K, the number of keys (columns of the score matrix).
+
+    Returns:
+        bool tensor of shape ``(B, 1, K)`` for 1-D ``valid_lens`` (the same keys for every
+        query) or ``(B, Q, K)`` for 2-D ``valid_lens``; entry ``[b, i, j]`` is ``j <
+        valid_lens[b(, i)]``.
+
+    Raises:
+        ValueError: if ``valid_lens`` is not an integer tensor of shape ``(B,)`` or ``(B, Q)``
+            with ``Q == num_queries``, or has an entry outside ``[0, num_keys]``.
+
+    Example:
+        >>> valid_lens_to_mask(torch.tensor([1, 3]), num_queries=2, num_keys=4).shape
+        torch.Size([2, 1, 4])
+
+    Source: the ``valid_lens`` convention of d2l.ai, section 11.3 (masked softmax).
+    """
+    valid_lens = _as_valid_lens(valid_lens)
+    if valid_lens.dim() == 2:
+        if valid_lens.shape[1] != num_queries:
+            raise ValueError(
+                "valid_lens of shape (B, Q) must have Q = number of queries = "
+                f"{num_queries}, got shape {tuple(valid_lens.shape)}"
+            )
+        lens = valid_lens[:, :, None]  # (B, Q, 1)
+    elif valid_lens.dim() == 1:
+        lens = valid_lens[:, None, None]  # (B, 1, 1)
+    else:
+        raise ValueError(
+            f"valid_lens must have shape (B,) or (B, Q), got shape {tuple(valid_lens.shape)}"
+        )
+    if valid_lens.numel() > 0:
+        lo, hi = int(valid_lens.min()), int(valid_lens.max())
+        if lo < 0 or hi > num_keys:
+            raise ValueError(
+                f"valid_lens entries must lie in [0, {num_keys}] (the number of keys); "
+                f"got values in [{lo}, {hi}]"
+            )
+    positions = torch.arange(num_keys, device=valid_lens.device)  # (K,)
+    return positions < lens  # (B, 1 or Q, K)
+
+
+def masked_softmax(
+    X: Tensor,
+    valid_lens: Optional[ValidLens] = None,
+    mask: Optional[Tensor] = None,
+) -> Tensor:
+    r"""Softmax over the last axis of ``X`` in which masked keys get exactly zero weight.
+
+    .. math:: \alpha_{ij} = \frac{m_{ij}\,\exp(x_{ij})}{\sum_{k} m_{ik}\,\exp(x_{ik})},
+              \qquad m_{ij} \in \{0, 1\},
+
+    and :math:`\alpha_{i\cdot} = 0` when :math:`m_{i\cdot} = 0` (a query with no valid key).
+
+    Args:
+        X: attention scores, float, shape ``(B, ..., Q, K)``; any number of middle axes
+            (for example heads). Without ``valid_lens`` any shape with ``dim >= 1`` works.
+        valid_lens: ``None``; ``(B,)`` integers, the number of leading keys each sequence may
+            attend to; or ``(B, Q)``, one number per query. Entries lie in ``[0, K]``. Middle
+            axes of ``X`` are broadcast over.
+        mask: ``None`` or a bool tensor broadcastable to ``X.shape``; **True = may attend**
+            (as in ``F.scaled_dot_product_attention``). If both ``valid_lens`` and ``mask``
+            are given, a key must be allowed by both.
+
+    Returns:
+        Tensor of the shape and dtype of ``X``: non-negative weights, each row summing to 1,
+        or to 0 for a row in which every key is masked. ``X`` itself is never modified.
+
+    Raises:
+        ValueError: ``X`` not floating point; ``valid_lens`` not integer, not of shape ``(B,)``
+            or ``(B, Q)`` matching ``X``, or out of ``[0, K]``; ``mask`` not bool or not
+            broadcastable to ``X``.
+
+    Example:
+        >>> X = torch.zeros(2, 2, 4)
+        >>> masked_softmax(X, torch.tensor([2, 3]))[0]
+        tensor([[0.5000, 0.5000, 0.0000, 0.0000],
+                [0.5000, 0.5000, 0.0000, 0.0000]])
+
+    Source: Vaswani et al. (2017), section 3.2.3 (masking by setting scores to
+    :math:`-\infty`); the empty-row rule (zeros) is this book's, see chapter 3.
+    """
+    if not isinstance(X, Tensor) or not X.is_floating_point():
+        raise ValueError(f"X must be a floating-point tensor of scores, got {type(X).__name__}"
+                         + (f" of dtype {X.dtype}" if isinstance(X, Tensor) else ""))
+    if X.dim() < 1:
+        raise ValueError("X must have at least one axis (the keys)")
+
+    keep: Optional[Tensor] = None  # bool, broadcastable to X; True = may attend
+    if valid_lens is not None:
+        if X.dim() < 3:
+            raise ValueError(
+                f"with valid_lens, X must have shape (B, ..., Q, K), got shape {tuple(X.shape)}"
+            )
+        lens = _as_valid_lens(valid_lens)
+        if lens.shape[0] != X.shape[0]:
+            raise ValueError(
+                f"valid_lens must have shape (B,) or (B, Q) with B = X.shape[0] = {X.shape[0]}, "
+                f"got shape {tuple(lens.shape)}"
+            )
+        keep = valid_lens_to_mask(lens.to(X.device), X.shape[-2], X.shape[-1])  # (B, 1|Q, K)
+        keep = keep.view(keep.shape[0], *([1] * (X.dim() - 3)), *keep.shape[1:])  # (B, 1.., 1|Q, K)
+    if mask is not None:
+        if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
+            raise ValueError("mask must be a bool tensor (True = may attend)")
+        try:
+            shape = torch.broadcast_shapes(mask.shape, X.shape)
+        except RuntimeError:
+            shape = None
+        if shape != X.shape:
+            raise ValueError(
+                f"mask of shape {tuple(mask.shape)} does not broadcast to X's shape {tuple(X.shape)}"
+            )
+        mask = mask.to(X.device)
+        keep = mask if keep is None else keep & mask
+
+    if keep is None:
+        return torch.softmax(X, dim=-1)
+
+    # masked_fill returns a new tensor: the caller's X is left untouched.
+    scores = X.masked_fill(~keep, float("-inf"))
+    has_key = keep.any(dim=-1, keepdim=True)  # (..., Q, 1) or broadcastable
+    if bool(has_key.all()):
+        # Every row keeps at least one key: exp(-inf) = 0 gives masked keys exactly zero weight.
+        return torch.softmax(scores, dim=-1)
+    # Some row is empty: softmax of a row of -inf is NaN. Give such rows finite scores first,
+    # then zero them; torch.where passes no gradient to the branch it did not pick.
+    scores = torch.where(has_key, scores, torch.zeros((), dtype=X.dtype, device=X.device))
+    return torch.softmax(scores, dim=-1).masked_fill(~keep, 0.0)

@@ -1,0 +1,131 @@
+"""Multi-head attention: h scaled dot-product attentions side by side, in learned subspaces."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from torch import Tensor, nn
+
+from .masking import ValidLens
+from .scoring import DotProductAttention, check_qkv
+
+__all__ = ["MultiHeadAttention"]
+
+
+class MultiHeadAttention(nn.Module):
+    r"""Multi-head attention with ``num_heads`` heads of size ``num_hiddens // num_heads``.
+
+    .. math::
+        \mathrm{MultiHead}(Q, K, V) = [\mathrm{head}_1; \dots; \mathrm{head}_h] W_o^\top,
+        \quad \mathrm{head}_i = \mathrm{softmax}\!\Big(\frac{Q W_{q,i}^\top (K W_{k,i}^\top)^\top}
+        {\sqrt{d_h}}\Big) V W_{v,i}^\top
+
+    Head ``i`` uses rows ``i*d_h : (i+1)*d_h`` of ``W_q``, ``W_k`` and ``W_v`` (contiguous
+    blocks, as in :class:`torch.nn.MultiheadAttention`), so a model with the same weights
+    gives the same outputs as PyTorch's.
+
+    Args:
+        num_hiddens: total projected size, split evenly across the heads.
+        num_heads: h, the number of heads; must divide ``num_hiddens``.
+        dropout: dropout probability on the attention weights, in ``[0, 1)``.
+        bias: whether the four projections have a bias (``nn.MultiheadAttention``'s ``bias``).
+        query_size: feature size of the queries (default ``num_hiddens``).
+        key_size: feature size of the keys (default ``num_hiddens``).
+        value_size: feature size of the values (default ``num_hiddens``).
+
+    Parameters:
+        W_q, W_k, W_v: ``nn.Linear(query_size|key_size|value_size, num_hiddens, bias)``.
+        W_o: ``nn.Linear(num_hiddens, num_hiddens, bias)``.
+
+    Shapes (``forward``):
+        queries ``(B, Q, query_size)``, keys ``(B, K, key_size)``, values
+        ``(B, K, value_size)``; ``valid_lens`` ``None``, ``(B,)`` or ``(B, Q)`` integers in
+        ``[0, K]``, shared by all heads. Returns ``(B, Q, num_hiddens)``.
+
+    Attributes:
+        attention_weights: ``(B, num_heads, Q, K)`` weights of the last call, per head,
+            detached, before dropout.
+
+    Raises:
+        ValueError: at construction if ``num_hiddens % num_heads != 0`` or a size is not a
+            positive integer; in ``forward`` on mismatched shapes or bad ``valid_lens``.
+
+    Example:
+        >>> mha = MultiHeadAttention(num_hiddens=16, num_heads=4)
+        >>> X = torch.ones(2, 5, 16)
+        >>> mha(X, X, X).shape, mha.attention_weights.shape
+        (torch.Size([2, 5, 16]), torch.Size([2, 4, 5, 5]))
+
+    Source: Vaswani et al. (2017), section 3.2.2.
+    """
+
+    def __init__(
+        self,
+        num_hiddens: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        bias: bool = False,
+        *,
+        query_size: Optional[int] = None,
+        key_size: Optional[int] = None,
+        value_size: Optional[int] = None,
+    ) -> None:
+        super().__init__()
+        for name, value in (("num_hiddens", num_hiddens), ("num_heads", num_heads)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if num_hiddens % num_heads != 0:
+            raise ValueError(
+                f"num_hiddens ({num_hiddens}) must be divisible by num_heads ({num_heads})"
+            )
+        sizes = {"query_size": query_size, "key_size": key_size, "value_size": value_size}
+        for name, value in sizes.items():
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+        self.num_hiddens = num_hiddens
+        self.num_heads = num_heads
+        self.W_q = nn.Linear(query_size or num_hiddens, num_hiddens, bias=bias)
+        self.W_k = nn.Linear(key_size or num_hiddens, num_hiddens, bias=bias)
+        self.W_v = nn.Linear(value_size or num_hiddens, num_hiddens, bias=bias)
+        self.W_o = nn.Linear(num_hiddens, num_hiddens, bias=bias)
+        self.attention = DotProductAttention(dropout)
+
+    @property
+    def attention_weights(self) -> Optional[Tensor]:
+        """``(B, num_heads, Q, K)`` weights of the last call (``None`` before the first)."""
+        return self.attention.attention_weights
+
+    def split_heads(self, X: Tensor) -> Tensor:
+        """``(B, T, num_hiddens)`` -> ``(B, num_heads, T, num_hiddens // num_heads)``."""
+        B, T, _ = X.shape
+        return X.view(B, T, self.num_heads, -1).transpose(1, 2)  # (B, h, T, d_h)
+
+    def merge_heads(self, X: Tensor) -> Tensor:
+        """``(B, num_heads, T, d_h)`` -> ``(B, T, num_heads * d_h)``; inverse of ``split_heads``."""
+        B, h, T, d_h = X.shape
+        return X.transpose(1, 2).reshape(B, T, h * d_h)  # (B, T, num_hiddens)
+
+    def forward(
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        valid_lens: Optional[ValidLens] = None,
+    ) -> Tensor:
+        check_qkv(queries, keys, values, same_size=False)
+        if queries.dim() != 3:
+            raise ValueError(f"queries must have shape (B, Q, query_size), got {tuple(queries.shape)}")
+        for name, t, layer in (("queries", queries, self.W_q), ("keys", keys, self.W_k),
+                               ("values", values, self.W_v)):
+            if t.shape[-1] != layer.in_features:
+                size = {"queries": "query_size", "keys": "key_size", "values": "value_size"}[name]
+                raise ValueError(f"{name} must have feature size {size} = {layer.in_features}, "
+                                 f"got {t.shape[-1]}")
+        # 1. project, then split the hidden axis into h contiguous blocks
+        q = self.split_heads(self.W_q(queries))  # (B, h, Q, d_h)
+        k = self.split_heads(self.W_k(keys))  # (B, h, K, d_h)
+        v = self.split_heads(self.W_v(values))  # (B, h, K, d_h)
+        # 2. attend in every head at once; valid_lens broadcasts over the head axis
+        heads = self.attention(q, k, v, valid_lens)  # (B, h, Q, d_h)
+        # 3. concatenate the heads and mix them
+        return self.W_o(self.merge_heads(heads))  # (B, Q, num_hiddens)
