@@ -9,6 +9,7 @@ targets ``y_i``, and the normalized kernel values are the attention weights.
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Dict, Optional, Tuple
 
 import torch
@@ -46,9 +47,26 @@ KERNELS: Dict[str, Callable[[Tensor], Tensor]] = {
 
 
 def _check_1d(name: str, t: Tensor) -> None:
-    if not isinstance(t, Tensor) or not t.is_floating_point() or t.dim() != 1:
-        shape = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
-        raise ValueError(f"{name} must be a 1-D floating-point tensor, got {shape}")
+    """Raise ``ValueError`` unless ``t`` is a 1-D floating-point tensor."""
+    if not isinstance(t, Tensor):
+        raise ValueError(f"{name} must be a 1-D floating-point tensor, got {type(t).__name__}")
+    if not t.is_floating_point() or t.dim() != 1:
+        raise ValueError(f"{name} must be a 1-D floating-point tensor, got shape "
+                         f"{tuple(t.shape)} and dtype {t.dtype}")
+
+
+def _check_inputs(x_query: Tensor, x_train: Tensor, y_train: Tensor) -> None:
+    """Check the three 1-D inputs of a Nadaraya–Watson call, raising ``ValueError``."""
+    for name, t in (("x_train", x_train), ("y_train", y_train), ("x_query", x_query)):
+        _check_1d(name, t)
+    if not x_query.dtype == x_train.dtype == y_train.dtype:
+        raise ValueError(f"x_train, y_train and x_query must share one dtype, got "
+                         f"{x_train.dtype}, {y_train.dtype} and {x_query.dtype}")
+    if x_train.shape != y_train.shape:
+        raise ValueError(f"x_train and y_train must have the same length, got "
+                         f"{x_train.shape[0]} and {y_train.shape[0]}")
+    if x_train.shape[0] == 0:
+        raise ValueError("x_train must hold at least one training example")
 
 
 def nadaraya_watson(
@@ -66,7 +84,7 @@ def nadaraya_watson(
         x_query: ``(m,)`` float, the queries (where to predict).
         kernel: one of ``"gaussian"``, ``"boxcar"``, ``"constant"``, ``"epanechnikov"``
             (see :data:`KERNELS`), evaluated at ``u = (x_query - x_train) / bandwidth``.
-        bandwidth: sigma > 0, in the units of ``x``.
+        bandwidth: sigma, a positive finite number in the units of ``x``.
 
     Returns:
         ``(y_hat, weights)``: predictions ``(m,)`` and attention weights ``(m, n)`` whose rows
@@ -77,8 +95,9 @@ def nadaraya_watson(
         ``-u**2 / 2``, so they never underflow to an all-zero row.
 
     Raises:
-        ValueError: if an input is not a 1-D float tensor, ``x_train`` and ``y_train`` differ
-            in length, ``n == 0``, the kernel is unknown, or ``bandwidth <= 0``.
+        ValueError: if an input is not a 1-D float tensor, the three inputs differ in dtype,
+            ``x_train`` and ``y_train`` differ in length, ``n == 0``, the kernel is unknown,
+            or ``bandwidth`` is not a positive finite number.
 
     Example:
         >>> x = torch.tensor([0.0, 1.0, 2.0]); y = torch.tensor([0.0, 1.0, 4.0])
@@ -88,18 +107,16 @@ def nadaraya_watson(
 
     Source: Nadaraya (1964); Watson (1964); d2l.ai section 11.2.
     """
-    for name, t in (("x_train", x_train), ("y_train", y_train), ("x_query", x_query)):
-        _check_1d(name, t)
-    if x_train.shape != y_train.shape:
-        raise ValueError(f"x_train and y_train must have the same length, got "
-                         f"{x_train.shape[0]} and {y_train.shape[0]}")
-    if x_train.shape[0] == 0:
-        raise ValueError("x_train must hold at least one training example")
-    if kernel not in KERNELS:
+    _check_inputs(x_query, x_train, y_train)
+    if not isinstance(kernel, str) or kernel not in KERNELS:
         raise ValueError(f"kernel must be one of {sorted(KERNELS)}, got {kernel!r}")
-    if not bandwidth > 0:
-        raise ValueError(f"bandwidth must be positive, got {bandwidth}")
-    u = (x_query[:, None] - x_train[None, :]) / bandwidth  # (m, n)
+    try:
+        sigma = float(bandwidth)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise ValueError(f"bandwidth must be a positive finite number, got {bandwidth!r}") from err
+    if isinstance(bandwidth, bool) or not (sigma > 0 and math.isfinite(sigma)):
+        raise ValueError(f"bandwidth must be a positive finite number, got {bandwidth!r}")
+    u = (x_query[:, None] - x_train[None, :]) / sigma  # (m, n)
     if kernel == "gaussian":
         weights = torch.softmax(-0.5 * u**2, dim=-1)  # (m, n), exp(-u^2/2) normalized
     else:
@@ -114,26 +131,38 @@ class NadarayaWatsonRegression(nn.Module):
 
     .. math:: \hat f(x) = \sum_i \mathrm{softmax}_i\!\Big(-\tfrac12 \big((x - x_i)\, w\big)^2\Big)\, y_i
 
-    ``w`` is the inverse of the bandwidth (``w = 1 / sigma``): a larger ``w`` gives a
-    narrower kernel and spikier weights.
+    ``w`` is the inverse of the bandwidth (``w = 1 / sigma``), not the standard deviation: a
+    larger ``w`` gives a narrower kernel and spikier weights. With ``w = 1 / sigma`` the
+    weights equal those of ``nadaraya_watson(..., kernel="gaussian", bandwidth=sigma)``.
 
     Args:
-        w: initial value of the learnable scale (a float).
+        w: initial value of the learnable scale, a finite float.
 
     Parameters:
         w: ``()`` float32, the learnable inverse bandwidth.
 
     Shapes (``forward``):
-        x_query ``(m,)``, x_train ``(n,)``, y_train ``(n,)`` float; optional ``mask``
-        ``(m, n)`` bool (True = may attend), for example ``~torch.eye(n, dtype=bool)`` to
-        leave each training point out of its own prediction. Returns ``(m,)``.
+        x_query ``(m,)``, x_train ``(n,)``, y_train ``(n,)`` float of one dtype, ``n >= 1``;
+        optional ``mask`` ``(m, n)`` bool (True = may attend), for example
+        ``~torch.eye(n, dtype=torch.bool)`` to leave each training point out of its own
+        prediction. Returns ``(m,)``. A query whose keys are all masked gets zero weights and
+        the prediction 0 (the rule of :func:`d2lattn.masked_softmax`).
 
     Attributes:
         attention_weights: ``(m, n)`` weights of the last call, detached.
 
     Raises:
-        ValueError: on inputs that are not 1-D float tensors, mismatched lengths, or a mask
-            that does not broadcast to ``(m, n)``.
+        ValueError: from the constructor if ``w`` is not a finite number; from ``forward`` on
+            inputs that are not 1-D float tensors of one dtype, mismatched lengths, ``n == 0``,
+            or a mask that is not bool or does not broadcast to ``(m, n)``.
+
+    Example:
+        >>> model = NadarayaWatsonRegression(w=2.0)
+        >>> x = torch.tensor([0.0, 1.0, 2.0]); y = torch.tensor([0.0, 1.0, 4.0])
+        >>> model(x, x, y, mask=~torch.eye(3, dtype=torch.bool)).shape
+        torch.Size([3])
+        >>> model.attention_weights[0]  # query 0 may not attend to key 0
+        tensor([0.0000, 0.9975, 0.0025])
 
     Source: d2l.ai section 11.2 (parametric attention pooling); Nadaraya (1964); Watson (1964).
     """
@@ -142,18 +171,24 @@ class NadarayaWatsonRegression(nn.Module):
 
     def __init__(self, w: float = 1.0) -> None:
         super().__init__()
-        self.w = nn.Parameter(torch.tensor(float(w)))
+        try:
+            w0 = float(w)
+        except (TypeError, ValueError, RuntimeError) as err:
+            raise ValueError(f"w must be a finite number, got {w!r}") from err
+        if not math.isfinite(w0):
+            raise ValueError(f"w must be a finite number, got {w!r}")
+        self.w = nn.Parameter(torch.tensor(w0))
         self.attention_weights = None
 
     def forward(
         self, x_query: Tensor, x_train: Tensor, y_train: Tensor, mask: Optional[Tensor] = None
     ) -> Tensor:
-        for name, t in (("x_query", x_query), ("x_train", x_train), ("y_train", y_train)):
-            _check_1d(name, t)
-        if x_train.shape != y_train.shape:
-            raise ValueError(f"x_train and y_train must have the same length, got "
-                             f"{x_train.shape[0]} and {y_train.shape[0]}")
+        """Predict at ``x_query`` from the pairs ``(x_train, y_train)``; see the class docstring."""
+        _check_inputs(x_query, x_train, y_train)
+        # 1. score: minus half the squared distance, measured in units of 1 / w
         u = (x_query[:, None] - x_train[None, :]) * self.w  # (m, n)
+        # 2. normalize (masked keys get exactly zero weight)
         weights = masked_softmax(-0.5 * u**2, mask=mask)  # (m, n)
         self.attention_weights = weights.detach()
+        # 3. pool the values
         return weights @ y_train  # (m,)

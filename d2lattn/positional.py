@@ -5,7 +5,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-__all__ = ["sinusoidal_positional_encoding", "PositionalEncoding"]
+__all__ = [
+    "sinusoidal_positional_encoding",
+    "PositionalEncoding",
+    "sinusoidal_shift_matrix",
+    "LearnedPositionalEmbedding",
+]
 
 
 def sinusoidal_positional_encoding(
@@ -101,3 +106,128 @@ class PositionalEncoding(nn.Module):
         if T > self.max_len:
             raise ValueError(f"sequence length {T} exceeds max_len = {self.max_len}")
         return self.dropout(X + self.P[:T].to(X.dtype))  # (B, T, d)
+
+
+def sinusoidal_shift_matrix(
+    k: int, num_hiddens: int, *, dtype: torch.dtype = torch.float64
+) -> Tensor:
+    r"""The fixed linear map that moves a sinusoidal position code ``k`` steps along.
+
+    For every position ``pos``, ``P[pos + k] = M_k @ P[pos]`` where ``P`` is
+    :func:`sinusoidal_positional_encoding`. ``M_k`` is block diagonal: frequency
+    :math:`\omega_i = 10000^{-2i/d}` owns columns ``(2i, 2i+1)`` and gets the 2x2 rotation
+
+    .. math::
+        \begin{pmatrix} \cos k\omega_i & \sin k\omega_i \\
+                        -\sin k\omega_i & \cos k\omega_i \end{pmatrix},
+
+    which does not depend on ``pos``. ``M_k`` is orthogonal, ``M_0 = I`` and
+    ``M_a M_b = M_{a+b}``; a negative ``k`` moves backwards.
+
+    Args:
+        k: the offset, any integer (negative allowed).
+        num_hiddens: d, the encoding size, a positive even integer (with an odd d the last
+            sine column has no cosine partner, so no such matrix exists).
+        dtype: floating dtype of the result (the angles are computed in float64).
+
+    Returns:
+        ``(num_hiddens, num_hiddens)`` tensor ``M_k``. For a table ``P`` of shape
+        ``(T, num_hiddens)`` whose rows are row vectors, ``P[:-k] @ M_k.T`` equals ``P[k:]``.
+
+    Raises:
+        ValueError: if ``k`` is not an integer or ``num_hiddens`` is not a positive even
+            integer.
+
+    Example:
+        >>> M = sinusoidal_shift_matrix(3, 8)
+        >>> M.shape
+        torch.Size([8, 8])
+        >>> P = sinusoidal_positional_encoding(10, 8, dtype=torch.float64)
+        >>> torch.allclose(P[:-3] @ M.T, P[3:])
+        True
+
+    Source: Vaswani et al. (2017), section 3.5 (``PE_{pos+k}`` is a linear function of
+    ``PE_{pos}``); the book's chapter 6, "Relative position".
+    """
+    if not isinstance(k, int) or isinstance(k, bool):
+        raise ValueError(f"k must be an integer offset, got {k!r}")
+    if (not isinstance(num_hiddens, int) or isinstance(num_hiddens, bool) or num_hiddens < 2
+            or num_hiddens % 2 != 0):
+        raise ValueError(f"num_hiddens must be a positive even integer, got {num_hiddens!r}")
+    two_i = torch.arange(0, num_hiddens, 2, dtype=torch.float64)  # (d/2,)
+    angles = k / torch.pow(10000.0, two_i / num_hiddens)  # (d/2,)
+    cos, sin = torch.cos(angles), torch.sin(angles)  # (d/2,) each
+    M = torch.zeros(num_hiddens, num_hiddens, dtype=torch.float64)
+    M[0::2, 0::2] = torch.diag(cos)  # sin((pos+k)w) = cos(kw) sin(pos w) + sin(kw) cos(pos w)
+    M[0::2, 1::2] = torch.diag(sin)
+    M[1::2, 0::2] = torch.diag(-sin)  # cos((pos+k)w) = -sin(kw) sin(pos w) + cos(kw) cos(pos w)
+    M[1::2, 1::2] = torch.diag(cos)
+    return M.to(dtype)  # (d, d)
+
+
+class LearnedPositionalEmbedding(nn.Module):
+    """Add a learned position table (one trainable row per position) to a batch of embeddings.
+
+    The same interface as :class:`PositionalEncoding`, but the table is an
+    ``nn.Embedding(max_len, num_hiddens)`` trained with the rest of the model, as in BERT and
+    GPT. It has no row for a position ``>= max_len``, so longer sequences are refused.
+
+    Args:
+        num_hiddens: d, the embedding size, a positive integer.
+        dropout: dropout probability applied to the sum, in ``[0, 1)``.
+        max_len: the number of positions with a row (the longest sequence accepted), a
+            positive integer.
+
+    Parameters:
+        embedding: ``nn.Embedding(max_len, num_hiddens)``, initialised as
+            ``nn.Embedding`` does (standard normal entries); ``max_len * num_hiddens``
+            numbers.
+
+    Shapes (``forward``):
+        X ``(B, T, num_hiddens)`` float with ``T <= max_len``; returns the same shape, a new
+        tensor (``X`` is not modified).
+
+    Raises:
+        ValueError: bad constructor arguments; in ``forward``, a non-float ``X``, a last axis
+            other than ``num_hiddens`` or a sequence longer than ``max_len``.
+
+    Example:
+        >>> pe = LearnedPositionalEmbedding(num_hiddens=8, max_len=16)
+        >>> pe(torch.zeros(2, 5, 8)).shape, pe.P.shape
+        (torch.Size([2, 5, 8]), torch.Size([16, 8]))
+
+    Source: Devlin et al. (2019), section 3 (BERT's position embeddings); Vaswani et al.
+    (2017), section 3.5, compare learned and sinusoidal tables.
+    """
+
+    def __init__(self, num_hiddens: int, dropout: float = 0.0, max_len: int = 1000) -> None:
+        super().__init__()
+        for name, value in (("num_hiddens", num_hiddens), ("max_len", max_len)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must lie in [0, 1), got {dropout}")
+        self.dropout = nn.Dropout(dropout)
+        self.embedding = nn.Embedding(max_len, num_hiddens)
+
+    @property
+    def max_len(self) -> int:
+        return self.embedding.num_embeddings
+
+    @property
+    def P(self) -> Tensor:
+        """The ``(max_len, num_hiddens)`` table (the embedding's weight, a parameter)."""
+        return self.embedding.weight
+
+    def forward(self, X: Tensor) -> Tensor:
+        if not isinstance(X, Tensor) or not X.is_floating_point() or X.dim() < 2:
+            raise ValueError("X must be a floating-point tensor of shape (B, T, num_hiddens)")
+        T, d = X.shape[-2], X.shape[-1]
+        if d != self.embedding.embedding_dim:
+            raise ValueError(
+                f"X must have last axis num_hiddens = {self.embedding.embedding_dim}, got {d}"
+            )
+        if T > self.max_len:
+            raise ValueError(f"sequence length {T} exceeds max_len = {self.max_len}: "
+                             "a learned table has no row for a later position")
+        return self.dropout(X + self.embedding.weight[:T].to(X.dtype))  # (B, T, d)

@@ -12,15 +12,26 @@ and differs only in the scoring function ``a``.
 
 from __future__ import annotations
 
+import functools
 import math
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 from torch import Tensor, nn
 
 from .masking import ValidLens, masked_softmax
 
-__all__ = ["DotProductAttention", "AdditiveAttention", "check_qkv"]
+__all__ = [
+    "DotProductAttention",
+    "AdditiveAttention",
+    "check_qkv",
+    "ScoreFn",
+    "dot_product_scores",
+    "cosine_scores",
+    "gaussian_scores",
+    "Attention",
+    "BilinearAttention",
+]
 
 
 def check_qkv(queries: Tensor, keys: Tensor, values: Tensor, *, same_size: bool) -> None:
@@ -186,6 +197,328 @@ class AdditiveAttention(nn.Module):
         q = self.W_q(queries).unsqueeze(-2)  # (B, ..., Q, 1, h)
         k = self.W_k(keys).unsqueeze(-3)  # (B, ..., 1, K, h)
         scores = self.w_v(torch.tanh(q + k)).squeeze(-1)  # (B, ..., Q, K)
+        # 2. normalize
+        weights = masked_softmax(scores, valid_lens)  # (B, ..., Q, K)
+        self.attention_weights = weights.detach()
+        # 3. pool
+        return self.dropout(weights) @ values  # (B, ..., Q, v)
+
+
+# ---------------------------------------------------------------------------------------------
+# More scoring functions (chapter 4). A *score function* maps queries (B, ..., Q, d) and keys
+# (B, ..., K, d) to scores (B, ..., Q, K); ``Attention`` wraps any of them into a layer that
+# normalizes with masked softmax and pools the values, exactly like the two classes above.
+# ---------------------------------------------------------------------------------------------
+
+ScoreFn = Callable[[Tensor, Tensor], Tensor]
+
+
+def _check_queries_keys(queries: Tensor, keys: Tensor) -> None:
+    """Check the arguments of a score function, raising ``ValueError`` with the culprit's name."""
+    for name, t in (("queries", queries), ("keys", keys)):
+        if not isinstance(t, Tensor) or not t.is_floating_point():
+            raise ValueError(f"{name} must be a floating-point tensor")
+        if t.dim() < 3:
+            raise ValueError(f"{name} must have shape (B, ..., n, d), got shape {tuple(t.shape)}")
+    if keys.shape[:-2] != queries.shape[:-2]:
+        raise ValueError(
+            f"keys must have the leading axes of queries {tuple(queries.shape[:-2])}, "
+            f"got keys of shape {tuple(keys.shape)}"
+        )
+    if queries.shape[-1] != keys.shape[-1]:
+        raise ValueError(
+            f"queries and keys must have the same feature size d, "
+            f"got {queries.shape[-1]} and {keys.shape[-1]}"
+        )
+    if queries.dtype != keys.dtype:
+        raise ValueError(f"queries and keys must have the same dtype, "
+                         f"got {queries.dtype} and {keys.dtype}")
+
+
+def _check_positive(name: str, value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 \
+            or not math.isfinite(value):
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+
+
+def dot_product_scores(queries: Tensor, keys: Tensor, *, scale: Optional[float] = None) -> Tensor:
+    r"""Dot-product scores, scaled by ``1/sqrt(d)`` unless another ``scale`` is given.
+
+    .. math:: a(\mathbf q, \mathbf k) = s\, \mathbf q^\top \mathbf k, \qquad
+              s = 1/\sqrt d \text{ by default}
+
+    Args:
+        queries: ``(B, ..., Q, d)`` float.
+        keys: ``(B, ..., K, d)`` float, the same leading axes and dtype as ``queries``.
+        scale: keyword-only factor ``s`` multiplying the dot products; ``None`` (default)
+            means ``1 / sqrt(d)``, as in ``F.scaled_dot_product_attention``; ``1.0`` gives
+            plain (unscaled) dot products.
+
+    Returns:
+        scores of shape ``(B, ..., Q, K)``.
+
+    Raises:
+        ValueError: if an input is not a float tensor with at least 3 axes, the leading axes,
+            feature sizes or dtypes differ, or ``scale`` is not a positive finite number.
+
+    Example:
+        >>> dot_product_scores(torch.ones(2, 3, 4), torch.ones(2, 5, 4)).shape
+        torch.Size([2, 3, 5])
+        >>> dot_product_scores(torch.ones(1, 1, 4), torch.ones(1, 1, 4))  # 4 / sqrt(4)
+        tensor([[[2.]]])
+
+    Source: Vaswani et al. (2017), "Attention Is All You Need", section 3.2.1, equation (1);
+    book chapter 4.
+    """
+    _check_queries_keys(queries, keys)
+    if scale is None:
+        scale = 1.0 / math.sqrt(queries.shape[-1])
+    _check_positive("scale", scale)
+    return (queries * scale) @ keys.transpose(-2, -1)  # (B, ..., Q, K)
+
+
+def cosine_scores(queries: Tensor, keys: Tensor, *, temperature: float = 1.0,
+                  eps: float = 1e-8) -> Tensor:
+    r"""Cosine-similarity scores, divided by a temperature.
+
+    .. math:: a(\mathbf q, \mathbf k) = \frac{1}{\tau}\,
+              \frac{\mathbf q^\top \mathbf k}{\max(\lVert\mathbf q\rVert, \epsilon)\,
+              \max(\lVert\mathbf k\rVert, \epsilon)}
+
+    A cosine lies in ``[-1, 1]``, so with ``temperature = 1`` the softmax of cosine scores
+    can never be sharp (over ``K`` keys, no weight exceeds ``e / (e + (K-1)/e)``); a small
+    temperature sharpens it. A zero vector has cosine 0 with everything.
+
+    Args:
+        queries: ``(B, ..., Q, d)`` float.
+        keys: ``(B, ..., K, d)`` float, the same leading axes and dtype as ``queries``.
+        temperature: keyword-only ``tau > 0``; the cosines are divided by it.
+        eps: keyword-only floor on the vector lengths, ``> 0`` (guards against zero vectors).
+
+    Returns:
+        scores of shape ``(B, ..., Q, K)``, each in ``[-1/tau, 1/tau]``.
+
+    Raises:
+        ValueError: bad shapes or dtypes (as :func:`dot_product_scores`), or a non-positive
+            ``temperature`` or ``eps``.
+
+    Example:
+        >>> q = torch.tensor([[[1.0, 0.0]]]); k = torch.tensor([[[2.0, 0.0], [0.0, 3.0], [-1.0, 0.0]]])
+        >>> cosine_scores(q, k)
+        tensor([[[ 1.,  0., -1.]]])
+        >>> cosine_scores(q, k).shape
+        torch.Size([1, 1, 3])
+
+    Source: the cosine similarity of the study notes' list of scores (book chapter 4);
+    content-based addressing with a sharpening factor in Graves, Wayne and Danihelka (2014),
+    "Neural Turing Machines", section 3.3.1.
+    """
+    _check_queries_keys(queries, keys)
+    _check_positive("temperature", temperature)
+    _check_positive("eps", eps)
+    q = queries / torch.linalg.vector_norm(queries, dim=-1, keepdim=True).clamp_min(eps)  # (B, ..., Q, d)
+    k = keys / torch.linalg.vector_norm(keys, dim=-1, keepdim=True).clamp_min(eps)  # (B, ..., K, d)
+    return (q @ k.transpose(-2, -1)) / temperature  # (B, ..., Q, K)
+
+
+def gaussian_scores(queries: Tensor, keys: Tensor, *, bandwidth: float = 1.0) -> Tensor:
+    r"""Gaussian-kernel scores: minus half the squared distance, in units of the bandwidth.
+
+    .. math:: a(\mathbf q, \mathbf k) = -\frac{\lVert \mathbf q - \mathbf k\rVert^2}{2\sigma^2}
+
+    The softmax of these scores is the Nadaraya–Watson weighting with a Gaussian kernel of
+    chapter 2, ``exp(a) / sum exp(a)``, for vectors instead of numbers. Expanding the square,
+    ``a = (q.k - |q|^2/2 - |k|^2/2) / sigma^2``: the ``|q|^2`` term is the same for every key
+    and cancels in the softmax.
+
+    Args:
+        queries: ``(B, ..., Q, d)`` float.
+        keys: ``(B, ..., K, d)`` float, the same leading axes and dtype as ``queries``.
+        bandwidth: keyword-only kernel width ``sigma > 0``.
+
+    Returns:
+        scores of shape ``(B, ..., Q, K)``, all ``<= 0`` (0 where a query equals a key).
+        The differences take ``B*Q*K*d`` numbers of memory, like additive attention's hidden
+        layer: computing them directly keeps the scores exact where ``q`` is close to ``k``.
+
+    Raises:
+        ValueError: bad shapes or dtypes (as :func:`dot_product_scores`), or a non-positive
+            ``bandwidth``.
+
+    Example:
+        >>> q = torch.zeros(1, 1, 2); k = torch.tensor([[[0.0, 0.0], [3.0, 4.0]]])
+        >>> gaussian_scores(q, k)
+        tensor([[[  0.0000, -12.5000]]])
+        >>> gaussian_scores(q, k).shape
+        torch.Size([1, 1, 2])
+
+    Source: Nadaraya (1964) and Watson (1964) with a Gaussian kernel; book chapter 2 (kernel
+    regression) and chapter 4.
+    """
+    _check_queries_keys(queries, keys)
+    _check_positive("bandwidth", bandwidth)
+    diff = queries.unsqueeze(-2) - keys.unsqueeze(-3)  # (B, ..., Q, K, d)
+    sq_dist = (diff / bandwidth).square().sum(dim=-1)  # (B, ..., Q, K)
+    return 0.0 - 0.5 * sq_dist  # (B, ..., Q, K); "0.0 -" gives +0.0, not -0.0, where q == k
+
+
+def _check_dropout(dropout: float) -> None:
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) \
+            or not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout must lie in [0, 1), got {dropout!r}")
+
+
+class Attention(nn.Module):
+    r"""Attention with any score function: score, masked softmax, dropout, weighted sum.
+
+    .. math:: \mathrm{softmax}\big(a(Q, K)\big)\, V
+
+    Args:
+        score_fn: a function ``(queries, keys) -> scores`` mapping ``(B, ..., Q, d)`` and
+            ``(B, ..., K, d)`` to ``(B, ..., Q, K)``, such as :func:`dot_product_scores`,
+            :func:`cosine_scores` or :func:`gaussian_scores`; use ``functools.partial`` to fix
+            keyword options (``partial(cosine_scores, temperature=0.1)``). It may hold
+            parameters if it is an ``nn.Module`` (they are registered as ``score_fn``'s).
+        dropout: probability of zeroing an attention weight during training, in ``[0, 1)``.
+
+    Shapes (``forward``):
+        queries ``(B, ..., Q, d_q)``, keys ``(B, ..., K, d_k)``, values ``(B, ..., K, v)``
+        (``score_fn`` decides whether ``d_q`` must equal ``d_k``); ``valid_lens`` ``None``,
+        ``(B,)`` or ``(B, Q)`` integers in ``[0, K]``. Returns ``(B, ..., Q, v)``.
+
+    Attributes:
+        attention_weights: ``(B, ..., Q, K)`` weights of the last call, detached, before dropout.
+
+    Raises:
+        ValueError: from the constructor if ``score_fn`` is not callable or ``dropout`` is
+            outside ``[0, 1)``; from ``forward`` on mismatched shapes, bad ``valid_lens``, or
+            scores of a shape other than ``(B, ..., Q, K)``.
+
+    Example:
+        >>> attn = Attention(dot_product_scores)
+        >>> attn(torch.ones(2, 1, 4), torch.ones(2, 10, 4), torch.ones(2, 10, 3)).shape
+        torch.Size([2, 1, 3])
+
+    Source: the score / normalize / pool decomposition of book chapter 4; Bahdanau, Cho and
+    Bengio (2015), section 3.1; Luong, Pham and Manning (2015), section 3.1.
+    """
+
+    attention_weights: Optional[Tensor]
+
+    def __init__(self, score_fn: ScoreFn, dropout: float = 0.0) -> None:
+        super().__init__()
+        if not callable(score_fn):
+            raise ValueError(f"score_fn must be callable, got {type(score_fn).__name__}")
+        _check_dropout(dropout)
+        self.score_fn = score_fn
+        self.dropout = nn.Dropout(dropout)
+        self.attention_weights = None
+
+    def forward(
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        valid_lens: Optional[ValidLens] = None,
+    ) -> Tensor:
+        check_qkv(queries, keys, values, same_size=False)
+        expected = (*queries.shape[:-1], keys.shape[-2])  # (B, ..., Q, K)
+        # 1. score
+        scores = self.score_fn(queries, keys)  # (B, ..., Q, K)
+        if not isinstance(scores, Tensor) or tuple(scores.shape) != expected:
+            got = tuple(scores.shape) if isinstance(scores, Tensor) else type(scores).__name__
+            raise ValueError(f"score_fn must return scores of shape (B, ..., Q, K) = {expected}, "
+                             f"got {got}")
+        # 2. normalize
+        weights = masked_softmax(scores, valid_lens)  # (B, ..., Q, K)
+        self.attention_weights = weights.detach()
+        # 3. pool
+        return self.dropout(weights) @ values  # (B, ..., Q, v)
+
+    def extra_repr(self) -> str:
+        if isinstance(self.score_fn, nn.Module):
+            return ""  # printed as a submodule
+        return f"score_fn={_describe(self.score_fn)}"
+
+
+def _describe(fn: Callable[..., Tensor]) -> str:
+    """A short, address-free name for a score function (``partial`` objects included)."""
+    if isinstance(fn, functools.partial):
+        options = ", ".join(f"{k}={v!r}" for k, v in fn.keywords.items())
+        return f"partial({_describe(fn.func)}{', ' if options else ''}{options})"
+    return getattr(fn, "__qualname__", type(fn).__name__)
+
+
+class BilinearAttention(nn.Module):
+    r"""Bilinear ("general") attention: the score is ``q^T W k`` for a learned matrix ``W``.
+
+    .. math:: a(\mathbf q, \mathbf k) = \mathbf q^\top \mathbf W_b\, \mathbf k, \qquad
+              \mathbf W_b \in \mathbb R^{d_q \times d_k}
+
+    With ``W_b`` the identity (``d_q = d_k = d``) this is unscaled dot-product attention;
+    with ``W_b = I / sqrt(d)`` it is scaled dot-product attention. A low-rank
+    ``W_b = W_q^T W_k`` is what projecting queries and keys before a dot product amounts to.
+
+    Args:
+        query_size: d_q, the feature size of the queries.
+        key_size: d_k, the feature size of the keys.
+        dropout: probability of zeroing an attention weight during training, in ``[0, 1)``.
+
+    Parameters:
+        W_b: ``nn.Linear(key_size, query_size, bias=False)``; its ``weight``, of shape
+            ``(query_size, key_size)``, is the matrix ``W_b`` of the formula, so
+            ``W_b(keys)`` maps each key into query space.
+
+    Shapes (``forward``):
+        queries ``(B, ..., Q, d_q)``, keys ``(B, ..., K, d_k)``, values ``(B, ..., K, v)``;
+        ``valid_lens`` as in :class:`DotProductAttention`. Returns ``(B, ..., Q, v)``.
+
+    Attributes:
+        attention_weights: ``(B, ..., Q, K)`` weights of the last call, detached, before dropout.
+
+    Raises:
+        ValueError: bad sizes or dropout in the constructor; in ``forward``, mismatched shapes,
+            feature sizes other than ``query_size``/``key_size``, or bad ``valid_lens``.
+
+    Example:
+        >>> attn = BilinearAttention(query_size=20, key_size=2)
+        >>> attn.W_b.weight.shape
+        torch.Size([20, 2])
+        >>> attn(torch.ones(2, 1, 20), torch.ones(2, 10, 2), torch.ones(2, 10, 4)).shape
+        torch.Size([2, 1, 4])
+
+    Source: Luong, Pham and Manning (2015), section 3.1, the "general" score.
+    """
+
+    attention_weights: Optional[Tensor]
+
+    def __init__(self, query_size: int, key_size: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        for name, value in (("query_size", query_size), ("key_size", key_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        _check_dropout(dropout)
+        self.W_b = nn.Linear(key_size, query_size, bias=False)
+        self.dropout = nn.Dropout(dropout)
+        self.attention_weights = None
+
+    def forward(
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        valid_lens: Optional[ValidLens] = None,
+    ) -> Tensor:
+        check_qkv(queries, keys, values, same_size=False)
+        if queries.shape[-1] != self.W_b.out_features:
+            raise ValueError(f"queries must have feature size query_size = "
+                             f"{self.W_b.out_features}, got {queries.shape[-1]}")
+        if keys.shape[-1] != self.W_b.in_features:
+            raise ValueError(f"keys must have feature size key_size = {self.W_b.in_features}, "
+                             f"got {keys.shape[-1]}")
+        # 1. score: map every key into query space, then take dot products.
+        keys_in_query_space = self.W_b(keys)  # (B, ..., K, d_q)
+        scores = queries @ keys_in_query_space.transpose(-2, -1)  # (B, ..., Q, K)
         # 2. normalize
         weights = masked_softmax(scores, valid_lens)  # (B, ..., Q, K)
         self.attention_weights = weights.detach()

@@ -1,0 +1,387 @@
+"""Draw the book's four diagrams as SVG files next to this script.
+
+Run from anywhere:  python book/figures/make_diagrams.py
+
+Outputs (committed, referenced by the chapters with ``{figure}`` directives):
+
+- ``attention_pooling.svg``   score -> normalize -> pool, for one query and n key-value pairs;
+- ``masking.svg``             a padded batch (valid lengths 2 and 3), masked scores, masked softmax;
+- ``multihead.svg``           h heads of projections + scaled dot-product attention, concat, W_o;
+- ``positional_encoding.svg`` token embeddings + sinusoidal position table -> self-attention;
+- ``../assets/root/favicon.ico`` the site's icon (the SVG icon beside it is hand-written).
+
+The output is deterministic (fixed SVG hash salt, no date, text drawn as paths), so re-running
+the script changes no file unless the drawing code changed. Colours are the Okabe-Ito palette,
+which stays distinguishable under the common forms of colour blindness; no information is carried
+by colour alone (every box is labelled, masked cells are also hatched and crossed).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+
+# Okabe-Ito colour-blind-safe palette, light tints for fills and full colours for edges.
+ORANGE, SKY, GREEN, YELLOW = "#E69F00", "#56B4E9", "#009E73", "#F0E442"
+BLUE, VERMILLION, PURPLE, GREY, INK = "#0072B2", "#D55E00", "#CC79A7", "#999999", "#222222"
+
+
+def tint(hex_colour: str, amount: float = 0.75) -> str:
+    """Mix a colour with white (amount = share of white)."""
+    rgb = np.array(matplotlib.colors.to_rgb(hex_colour))
+    return matplotlib.colors.to_hex(rgb + (1 - rgb) * amount)
+
+
+QUERY, KEY, VALUE = VERMILLION, BLUE, GREEN  # the three roles, the same in every diagram
+SCORE, WEIGHT, OUTPUT = ORANGE, PURPLE, INK
+
+BASE_FONT = 13  # pt at the figure's natural size; the smallest text used is 11 pt
+
+
+def setup() -> None:
+    plt.rcParams.update(
+        {
+            "svg.hashsalt": "d2lattn",
+            "svg.fonttype": "path",
+            "font.family": "DejaVu Sans",
+            "font.size": BASE_FONT,
+            "mathtext.fontset": "dejavusans",
+        }
+    )
+
+
+def canvas(width_in: float, height_in: float, xmax: float, ymax: float):
+    """A figure with one frameless axes whose data units are 'layout units'."""
+    fig = plt.figure(figsize=(width_in, height_in))
+    ax = fig.add_axes((0, 0, 1, 1))
+    ax.set_xlim(0, xmax)
+    ax.set_ylim(0, ymax)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    return fig, ax
+
+
+def box(ax, x, y, w, h, text="", colour=GREY, *, fill=None, size=BASE_FONT, weight="normal",
+        rotation=0, lw=1.6, style="round,pad=0.02,rounding_size=0.6", text_colour=INK, z=2):
+    """A rounded box with its lower-left corner at (x, y) and centred text."""
+    patch = FancyBboxPatch((x, y), w, h, boxstyle=style, linewidth=lw, edgecolor=colour,
+                           facecolor=tint(colour) if fill is None else fill, zorder=z)
+    ax.add_patch(patch)
+    if text:
+        ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=size,
+                fontweight=weight, rotation=rotation, color=text_colour, zorder=z + 1)
+    return patch
+
+
+def arrow(ax, start, end, colour=INK, *, lw=1.5, style="-|>", ls="-", rad=0.0, shrink=2.0, z=1):
+    ax.add_patch(FancyArrowPatch(start, end, arrowstyle=style, mutation_scale=14, color=colour,
+                                 linewidth=lw, linestyle=ls, shrinkA=shrink, shrinkB=shrink,
+                                 connectionstyle=f"arc3,rad={rad}", zorder=z))
+
+
+def step_label(ax, x, y, number, text, colour):
+    ax.text(x, y, f"{number}. {text}", ha="center", va="center", fontsize=BASE_FONT + 1,
+            fontweight="bold", color=colour)
+
+
+def save(fig, name: str) -> None:
+    fig.savefig(HERE / name, format="svg", metadata={"Date": None})
+    plt.close(fig)
+    print("wrote", HERE / name)
+
+
+# --------------------------------------------------------------------------------------------
+def attention_pooling() -> None:
+    """Score -> normalize -> pool for one query and n key-value pairs."""
+    fig, ax = canvas(10.0, 5.4, 100, 54)
+    rows = {"1": 39.0, "2": 27.0, "n": 8.0}  # y of the box centres; a dotted gap before n
+    bh = 6.0  # box height
+
+    # the query, carried to every score by a bus that runs in the gaps between the rows
+    box(ax, 0.5, 23, 9, bh, r"query $\mathbf{q}$", QUERY, size=12)
+    ax.plot([9.5, 11.5], [26, 26], color=QUERY, lw=1.5)
+    ax.plot([11.5, 11.5], [rows["n"] + 4.6, rows["1"] + 4.6], color=QUERY, lw=1.5)
+    # stored items: keys (left) and values (right), one row per pair
+    ax.text(17.5, 48.5, "keys", ha="center", fontsize=BASE_FONT, color=KEY, fontweight="bold")
+    ax.text(77.5, 48.5, "values", ha="center", fontsize=BASE_FONT, color=VALUE,
+            fontweight="bold")
+    for i, y in rows.items():
+        # a faint band shows that key i and value i belong to the same stored pair
+        ax.add_patch(Rectangle((13.5, y - 4.0), 70, 8.0, facecolor="#f0f0f0", edgecolor="none",
+                               zorder=0))
+        box(ax, 14, y - bh / 2, 7, bh, rf"$\mathbf{{k}}_{i}$", KEY)
+        box(ax, 26, y - bh / 2, 13, bh, rf"$a(\mathbf{{q}}, \mathbf{{k}}_{i})$", SCORE, size=12)
+        box(ax, 55, y - bh / 2, 9, bh, rf"$\alpha_{i}$", WEIGHT)
+        box(ax, 74, y - bh / 2, 7, bh, rf"$\mathbf{{v}}_{i}$", VALUE)
+        arrow(ax, (21, y - 0.8), (26, y - 0.8))  # key into the score
+        ax.plot([11.5, 23.0], [y + 4.6, y + 4.6], color=QUERY, lw=1.5)  # query into the score
+        arrow(ax, (23.0, y + 4.6), (27.5, y + 3.0), QUERY, shrink=0.5)
+        arrow(ax, (39, y), (45, y))  # score into softmax
+        arrow(ax, (50, y), (55, y))  # softmax out to weight
+        ax.text(69, y, r"$\times$", ha="center", va="center", fontsize=16)
+        arrow(ax, (64, y), (67.5, y), WEIGHT, style="-")
+        arrow(ax, (81, y), (88.6, 25), rad=0.0)  # weighted value into the sum
+    for x in (17.5, 32.5, 59.5, 77.5):
+        ax.text(x, 17.6, r"$\vdots$", ha="center", va="center", fontsize=16)
+
+    # softmax spans all rows: the weights of one query are normalized together
+    box(ax, 45, 3, 5, 42, "softmax", WEIGHT, rotation=90, size=13)
+    ax.text(59.5, 1.0, r"$\alpha_i \geq 0,\ \sum_i \alpha_i = 1$", ha="center", va="center",
+            fontsize=12, color=INK)
+
+    # the weighted sum and the output
+    ax.add_patch(plt.Circle((91, 25), 2.6, facecolor="white", edgecolor=INK, linewidth=1.6))
+    ax.text(91, 25, r"$\Sigma$", ha="center", va="center", fontsize=14)
+    arrow(ax, (93.6, 25), (96.5, 25))
+    ax.text(97.8, 25, "output", ha="center", va="center", fontsize=12, rotation=90)
+    ax.text(91, 17.0, r"$\sum_i \alpha_i \mathbf{v}_i$", ha="center", va="center", fontsize=12)
+
+    step_label(ax, 32.5, 52.0, 1, "score", SCORE)
+    step_label(ax, 52.0, 52.0, 2, "normalize", WEIGHT)
+    step_label(ax, 86.0, 52.0, 3, "pool", VALUE)
+    save(fig, "attention_pooling.svg")
+
+
+# --------------------------------------------------------------------------------------------
+def _softmax_masked(scores: np.ndarray, valid: int) -> np.ndarray:
+    """Row softmax over the first `valid` columns; padded columns get exactly zero."""
+    out = np.zeros_like(scores)
+    e = np.exp(scores[:, :valid] - scores[:, :valid].max(axis=1, keepdims=True))
+    out[:, :valid] = e / e.sum(axis=1, keepdims=True)
+    return out
+
+
+def _matrix(ax, x0, y0, values, valid, cell, *, weights: bool, colour):
+    """Draw a (Q, K) matrix of numbers; columns >= valid are padding (grey, hatched, crossed)."""
+    nq, nk = values.shape
+    for r in range(nq):
+        for c in range(nk):
+            x, y = x0 + c * cell, y0 + (nq - 1 - r) * cell
+            masked = c >= valid
+            face = "#d9d9d9" if masked else (tint(colour, 1 - 0.55 * values[r, c]) if weights
+                                             else tint(colour, 0.8))
+            ax.add_patch(Rectangle((x, y), cell, cell, facecolor=face, edgecolor="white",
+                                   linewidth=1.5, hatch="///" if masked and not weights else None,
+                                   zorder=1))
+            if masked and not weights:
+                ax.plot([x + 0.8, x + cell - 0.8], [y + 0.8, y + cell - 0.8], color=GREY, lw=1.4)
+                ax.plot([x + 0.8, x + cell - 0.8], [y + cell - 0.8, y + 0.8], color=GREY, lw=1.4)
+            else:
+                text = f"{values[r, c]:.2f}" if weights else f"{values[r, c]:.1f}"
+                if weights and masked:
+                    text = "0"
+                ax.text(x + cell / 2, y + cell / 2, text, ha="center", va="center", fontsize=11,
+                        color=INK, zorder=3,
+                        bbox=dict(boxstyle="round,pad=0.1", fc="white", ec="none", alpha=0.7)
+                        if masked and not weights else None)
+    for c in range(nk):
+        ax.text(x0 + (c + 0.5) * cell, y0 + nq * cell + 1.0, f"k{c + 1}", ha="center",
+                va="bottom", fontsize=11, color=KEY)
+    for r in range(nq):
+        ax.text(x0 - 0.8, y0 + (nq - 0.5 - r) * cell, f"q{r + 1}", ha="right", va="center",
+                fontsize=11, color=QUERY)
+
+
+def masking() -> None:
+    """A padded batch of two sequences and the masked softmax over its scores."""
+    fig, ax = canvas(10.0, 5.8, 100, 58)
+    cell = 5.5
+    valid_lens = (2, 3)
+    scores = (np.array([[1.2, 0.3, 2.0, -0.5], [0.1, 0.9, 1.5, 0.4]]),
+              np.array([[0.5, 1.4, -0.2, 1.1], [2.1, 0.2, 0.8, 2.5]]))
+    tokens = (("I", "ran", "<pad>", "<pad>"), ("you", "lent", "me", "<pad>"))
+
+    ax.text(12, 55, "padded batch", ha="center", fontsize=BASE_FONT, fontweight="bold")
+    ax.text(44, 55, "scores (queries × keys)", ha="center", fontsize=BASE_FONT,
+            fontweight="bold")
+    ax.text(81, 55, "masked softmax", ha="center", fontsize=BASE_FONT, fontweight="bold")
+
+    for b, (y0, valid, sc, toks) in enumerate(zip((30, 5), valid_lens, scores, tokens)):
+        # the sequence as key positions; padding greyed
+        for t, tok in enumerate(toks):
+            pad = t >= valid
+            box(ax, 0.5 + t * 6.1, y0 + 8.5, 5.8, 4.2, tok, GREY if pad else KEY,
+                fill="#e6e6e6" if pad else None, size=11,
+                style="round,pad=0.02,rounding_size=0.4", lw=1.2)
+        ax.text(12.6, y0 + 6.4, f"sequence {b + 1}\nvalid_lens[{b}] = {valid}", ha="center",
+                va="top", fontsize=11, color=INK)
+        arrow(ax, (25.0, y0 + 10.6), (30.5, y0 + 10.6), GREY, lw=1.2, ls=(0, (3, 2)))
+        # scores and the mask
+        _matrix(ax, 33, y0 + 5, sc, valid, cell, weights=False, colour=SCORE)
+        arrow(ax, (56.5, y0 + 10.5), (65, y0 + 10.5), lw=1.8)
+        ax.text(60.7, y0 + 12.3, "softmax over\nvalid keys", ha="center", va="bottom", fontsize=11)
+        # weights: padding columns are exactly zero; each row sums to one
+        w = _softmax_masked(sc, valid)
+        _matrix(ax, 70, y0 + 5, w, valid, cell, weights=True, colour=WEIGHT)
+        for r in range(2):
+            ax.text(70 + 4 * cell + 0.8, y0 + 5 + (1.5 - r) * cell, "Σ = 1", ha="left",
+                    va="center", fontsize=11)
+
+    # legend, in words and pattern rather than colour alone
+    ax.add_patch(Rectangle((33, 0.3), 3, 3, facecolor="#d9d9d9", hatch="///", edgecolor="white"))
+    ax.plot([33.3, 35.7], [0.6, 3.0], color=GREY, lw=1.2)
+    ax.plot([33.3, 35.7], [3.0, 0.6], color=GREY, lw=1.2)
+    ax.text(37, 1.8, "masked: the key is padding; its score is ignored and its weight is exactly 0",
+            va="center", fontsize=11)
+    save(fig, "masking.svg")
+
+
+# --------------------------------------------------------------------------------------------
+def multihead() -> None:
+    """h parallel heads: projections -> scaled dot-product attention; concat; W_o."""
+    fig, ax = canvas(10.0, 6.4, 100, 64)
+    # inputs
+    for (label, y, colour) in (("queries", 40, QUERY), ("keys", 29, KEY), ("values", 18, VALUE)):
+        box(ax, 0.5, y, 12, 6, label, colour, size=12)
+    ax.text(6.5, 12.5, "(shared by\nall heads)", ha="center", va="top", fontsize=11)
+
+    heads = [("1", 46.0), ("2", 27.5), ("h", 1.5)]
+    ph = 16.0  # panel height
+    for i, y in heads:
+        # a panel per head
+        ax.add_patch(FancyBboxPatch((21, y), 50, ph, boxstyle="round,pad=0.2,rounding_size=1.0",
+                                    facecolor="#f5f5f5", edgecolor=GREY, linewidth=1.2, zorder=0))
+        ax.text(56.5, y + ph - 0.5, f"head {i}", ha="center", va="top", fontsize=12,
+                fontweight="bold")
+        for j, (w, colour) in enumerate(((rf"$\mathbf{{W}}_{{q,{i}}}$", QUERY),
+                                         (rf"$\mathbf{{W}}_{{k,{i}}}$", KEY),
+                                         (rf"$\mathbf{{W}}_{{v,{i}}}$", VALUE))):
+            yy = y + 9.6 - j * 4.4
+            box(ax, 31, yy, 10, 3.6, w, colour, size=12, style="round,pad=0.02,rounding_size=0.4",
+                lw=1.3)
+            arrow(ax, (41, yy + 1.8), (47, y + ph / 2 - 1), colour, lw=1.2)
+            # from the shared inputs into this head's projection
+            src_y = {0: 43, 1: 32, 2: 21}[j]
+            arrow(ax, (12.5, src_y), (31, yy + 1.8), colour, lw=1.0,
+                  ls=("-", (0, (4, 2)), (0, (1, 1.5)))[j], shrink=1.0)
+        box(ax, 47, y + 1.5, 19, ph - 5, "scaled\ndot-product\nattention", ORANGE, size=12)
+        ax.text(68.8, y + ph / 2 - 0.4, r"$\mathbf{H}_" + i + "$", ha="center", va="bottom",
+                fontsize=12)
+        arrow(ax, (66, y + ph / 2 - 1), (75, 31.5), INK, lw=1.3)
+    for x in (36, 56.5):
+        ax.text(x, 21.3, r"$\vdots$", ha="center", va="center", fontsize=16)
+
+    box(ax, 75, 8, 5, 47, "concat", GREY, rotation=90, size=13)
+    arrow(ax, (80, 31.5), (83, 31.5))
+    box(ax, 83, 27.5, 7, 8, r"$\mathbf{W}_o$", PURPLE, size=13)
+    arrow(ax, (90, 31.5), (92.5, 31.5))
+    ax.text(96.2, 31.5, "output", ha="center", va="center", fontsize=12, rotation=90)
+    ax.text(85, 24.5, r"$(B, Q, d_\mathrm{model})$", ha="center", va="top", fontsize=11)
+    ax.text(77.5, 5.5, r"$h \cdot d_h = d_\mathrm{model}$", ha="center", va="top", fontsize=11)
+    save(fig, "multihead.svg")
+
+
+# --------------------------------------------------------------------------------------------
+def _table(ax, x0, y0, values, cell, cmap, vmin, vmax, title, labels=None):
+    """Columns = positions (tokens), rows = embedding dimensions."""
+    d, T = values.shape
+    norm = matplotlib.colors.Normalize(vmin, vmax)
+    for t in range(T):
+        for j in range(d):
+            ax.add_patch(Rectangle((x0 + t * cell, y0 + (d - 1 - j) * cell), cell, cell,
+                                   facecolor=cmap(norm(values[j, t])), edgecolor="white",
+                                   linewidth=1.2))
+    ax.text(x0 + T * cell / 2, y0 + d * cell + 1.4, title, ha="center", va="bottom",
+            fontsize=12, fontweight="bold")
+    if labels is not None:
+        for t, lab in enumerate(labels):
+            ax.text(x0 + (t + 0.5) * cell, y0 - 1.0, lab, ha="center", va="top", fontsize=11)
+
+
+def positional_encoding() -> None:
+    """Token embeddings + sin/cos position vectors -> sum -> self-attention."""
+    fig, ax = canvas(10.0, 5.8, 100, 58)
+    tokens = ("you", "lent", "me", "100")
+    T, d, cell = len(tokens), 6, 3.6
+    rng = np.random.default_rng(7)
+    X = rng.uniform(-0.8, 0.8, size=(d, T))  # stand-in embeddings; their values are arbitrary
+    pos = np.arange(T)[None, :]
+    freq = 1.0 / 10000 ** (np.arange(0, d, 2) / d)  # (d/2,) one frequency per sin/cos pair
+    P = np.empty((d, T))
+    P[0::2] = np.sin(pos * freq[:, None])
+    P[1::2] = np.cos(pos * freq[:, None])
+    cmap = plt.get_cmap("PuOr")  # diverging, colour-blind safe
+
+    y0, h = 28, d * cell
+    _table(ax, 1, y0, X, cell, cmap, -2, 2, "token\nembeddings X", tokens)
+    ax.text(18.2, y0 + h / 2, "+", ha="center", va="center", fontsize=22)
+    _table(ax, 29, y0, P, cell, cmap, -2, 2, "positional\nencoding P",
+           [str(t) for t in range(T)])
+    ax.text(29 + 2 * cell, y0 - 4.2, "position", ha="center", va="top", fontsize=11)
+    for j in range(d):  # which row is which
+        ax.text(28.4, y0 + (d - 0.5 - j) * cell, ("sin", "cos")[j % 2] + f", pair {j // 2}",
+                ha="right", va="center", fontsize=10, color="#444444")
+    ax.text(46.5, y0 + h / 2, "=", ha="center", va="center", fontsize=22)
+    _table(ax, 49.5, y0, X + P, cell, cmap, -2, 2, "X + P", tokens)
+    arrow(ax, (64.5, y0 + h / 2), (69, y0 + h / 2), lw=1.8)
+    box(ax, 69, y0 + 3, 13, h - 6, "self-\nattention", ORANGE, size=13)
+    arrow(ax, (82, y0 + h / 2), (86, y0 + h / 2), lw=1.8)
+    ax.text(86.5, y0 + h / 2, "order-\naware\noutputs", ha="left", va="center", fontsize=12)
+
+    # colour scale of the three tables
+    cax = fig.add_axes((0.66, 0.90, 0.25, 0.025))
+    cb = fig.colorbar(matplotlib.cm.ScalarMappable(matplotlib.colors.Normalize(-2, 2), cmap),
+                      cax=cax, orientation="horizontal")
+    cb.ax.tick_params(labelsize=10)
+    cb.set_label("entry value", fontsize=10)
+
+    # the waves the rows of P are sampled from: each sin/cos pair has its own frequency
+    wave = fig.add_axes((0.07, 0.08, 0.50, 0.27))
+    s = np.linspace(0, 12, 600)
+    styles = (("-", BLUE), ("--", VERMILLION), (":", GREEN))
+    for k, (ls, colour) in enumerate(styles):
+        wave.plot(s, np.sin(s * freq[k]), ls=ls, color=colour, lw=1.8,
+                  label=rf"pair {k}: $\sin(\mathrm{{pos}}\,/\,10000^{{{2 * k}/{d}}})$")
+        wave.plot(np.arange(T), np.sin(np.arange(T) * freq[k]), "o", color=colour, ms=5)
+    wave.axvspan(-0.3, T - 0.7, color="#eeeeee", zorder=0)
+    wave.text(T / 2 - 0.5, -1.45, "positions above", ha="center", fontsize=10)
+    wave.set_xlim(-0.3, 12)
+    wave.set_ylim(-1.6, 1.25)
+    wave.set_xlabel("position", fontsize=11)
+    wave.tick_params(labelsize=10)
+    wave.legend(fontsize=10, loc="center left", bbox_to_anchor=(1.02, 0.55), frameon=False,
+                title="sine rows of P (cos rows: same\nfrequency, a quarter turn ahead)",
+                title_fontsize=10, alignment="left")
+    for side in ("top", "right"):
+        wave.spines[side].set_visible(False)
+    save(fig, "positional_encoding.svg")
+
+
+def favicon() -> None:
+    """The site's icon: three bars for score, normalize, pool (same as ../assets/favicon.svg).
+
+    Written as ``../assets/root/favicon.ico``, which the build copies to the site root, where
+    browsers look for it on pages that name no icon (such as the redirecting index.html).
+    """
+    from PIL import Image, ImageDraw
+
+    size = 64
+    image = Image.new("RGBA", (size, size), (0, 0, 0, 0))
+    draw = ImageDraw.Draw(image)
+    for x, top, colour in ((2, 8, ORANGE), (24, 20, PURPLE), (46, 32, GREEN)):
+        draw.rounded_rectangle((x, top, x + 16, 56), radius=4, fill=colour)
+    out = HERE.parent / "assets" / "root" / "favicon.ico"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    image.save(out, format="ICO", sizes=[(16, 16), (32, 32), (48, 48)])
+    print("wrote", out)
+
+
+def main() -> None:
+    setup()
+    attention_pooling()
+    masking()
+    multihead()
+    positional_encoding()
+    favicon()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,356 @@
+"""Browser test of the built website: every page opened in headless Chromium.
+
+The site must work with the network off. This test serves the built HTML on 127.0.0.1, opens
+every page and checks that
+
+- no request goes to any host but the local server (all requests are recorded);
+- every page with math shows typeset math: each math node holds MathJax output
+  (``mjx-container``), no MathJax error box, no raw ``\\(`` / ``\\[`` left in the text;
+- every image loads (``naturalWidth > 0``) and no local file is missing (HTTP status < 400);
+- no page logs a JavaScript error;
+- at phone width (390 px) no page is wider than the screen;
+- exercise solutions are collapsed until opened;
+- each chapter offers its notebook for download, and the ``.ipynb`` link works offline.
+
+The site is taken from ``$D2LATTN_SITE_DIR`` (default: ``_build/html`` in the repository); it
+is built with ``jupyter-book build`` when missing. Chromium is Debian's ``chromium`` (or
+``$D2LATTN_CHROMIUM``), driven by the ``playwright`` package without downloading any browser.
+Outside CI the test is skipped when the browser or playwright is missing; in CI (``CI=true``)
+that is a failure.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Dict, Iterator, List, Set
+from urllib.parse import urlsplit
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_SITE = ROOT / "_build" / "html"
+SITE = Path(os.environ.get("D2LATTN_SITE_DIR", DEFAULT_SITE)).resolve()
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+LOCAL_HOST = "127.0.0.1"
+
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+    # belt and braces: even a request the test failed to notice could not reach a real host
+    f"--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE {LOCAL_HOST}",
+]
+DESKTOP = {"width": 1280, "height": 900}
+PHONE = {"width": 390, "height": 844}
+CHAPTER_PREFIX = "book/ch"
+
+
+def _missing(reason: str) -> None:
+    """Skip the test on a developer machine; fail it in CI, where the browser must exist."""
+    if IN_CI:
+        pytest.fail(f"{reason} (CI=true: a missing browser is a failure)")
+    pytest.skip(reason)
+
+
+def _chromium() -> str:
+    candidates = [os.environ.get("D2LATTN_CHROMIUM"), shutil.which("chromium"), "/usr/bin/chromium"]
+    for path in candidates:
+        if path and Path(path).is_file() and os.access(path, os.X_OK):
+            return path
+    _missing("Chromium not found: install Debian's `chromium` or set D2LATTN_CHROMIUM")
+    raise AssertionError("unreachable")
+
+
+def _ensure_site() -> Path:
+    """The built site; build it with jupyter-book when it is missing."""
+    if (SITE / "index.html").is_file():
+        return SITE
+    if SITE.parts[-2:] != ("_build", "html"):
+        pytest.fail(f"D2LATTN_SITE_DIR={SITE} has no index.html, and it is not a "
+                    "'<folder>/_build/html' path that jupyter-book could build into")
+    exe = Path(sys.executable).with_name("jupyter-book")
+    command = [str(exe) if exe.is_file() else "jupyter-book", "build", str(ROOT)]
+    if SITE != DEFAULT_SITE.resolve():
+        command += ["--path-output", str(SITE.parent.parent)]
+    subprocess.run(command, check=True, cwd=ROOT)
+    assert (SITE / "index.html").is_file(), f"the build wrote no {SITE / 'index.html'}"
+    return SITE
+
+
+def _pages(site: Path) -> List[str]:
+    """Every HTML page of the site, as URL paths relative to its root."""
+    pages = []
+    for path in sorted(site.rglob("*.html")):
+        rel = path.relative_to(site)
+        if rel.parts[0] in {"_static", "_sources", "_images", "_downloads"}:
+            continue  # theme templates and copied sources, not pages
+        pages.append(rel.as_posix())
+    return pages
+
+
+def _open(page, base_url: str, rel: str, site: Path) -> None:
+    """Go to a page; for a redirect stub (index.html), wait until the target has loaded."""
+    page.goto(base_url + rel, wait_until="load")
+    if 'http-equiv="Refresh"' in (site / rel).read_text(encoding="utf-8")[:500]:
+        page.wait_for_url(lambda url: url != base_url + rel, wait_until="load")
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        pass
+
+
+@pytest.fixture(scope="module")
+def site() -> Path:
+    return _ensure_site()
+
+
+@pytest.fixture(scope="module")
+def base_url(site: Path) -> Iterator[str]:
+    """Serve the site on 127.0.0.1 on a free port, in a thread."""
+    handler = functools.partial(_QuietHandler, directory=str(site))
+    server = http.server.ThreadingHTTPServer((LOCAL_HOST, 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://{LOCAL_HOST}:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+class Recorder:
+    """Everything the browser did, over all pages of the session: requests, failed or
+    missing loads (HTTP status >= 400), console errors and uncaught exceptions."""
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url
+        self.requests: List[str] = []
+        self.failures: List[str] = []
+        self.console_errors: List[str] = []
+
+    def _where(self, page) -> str:
+        return page.url.replace(self.base_url, "/") if page is not None else "(no page)"
+
+    def attach(self, context) -> None:
+        context.on("request", lambda r: self.requests.append(r.url))
+        context.on("requestfailed", lambda r: self.failures.append(
+            f"{self._where(r.frame.page)}: {r.url} failed ({r.failure})"))
+        context.on("response", lambda r: r.status >= 400 and self.failures.append(
+            f"{self._where(r.frame.page)}: {r.url} answered HTTP {r.status}"))
+        context.on("console", lambda m: m.type == "error" and self.console_errors.append(
+            f"{self._where(m.page)}: console error: {m.text}"))
+        context.on("weberror", lambda e: self.console_errors.append(
+            f"{self._where(e.page)}: uncaught exception: {e.error}"))
+
+    def foreign_hosts(self) -> Set[str]:
+        hosts = set()
+        for url in self.requests:
+            parts = urlsplit(url)
+            if parts.scheme in {"data", "blob", "about"}:
+                continue  # in-page resources, no network
+            if parts.hostname != LOCAL_HOST:
+                hosts.add(f"{parts.scheme}://{parts.hostname}")
+        return hosts
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory, base_url: str) -> Iterator[SimpleNamespace]:
+    """A headless Chromium with a fresh profile, driven by playwright (no browser download),
+    and the Recorder that sees every request and console message of all its pages."""
+    executable = _chromium()
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _missing("the `playwright` Python package is not installed (pip install playwright; "
+                 "never `playwright install`: the test uses the system Chromium)")
+    profile = tmp_path_factory.mktemp("chromium-profile")
+    with sync_playwright() as pw:
+        context = pw.chromium.launch_persistent_context(
+            str(profile), executable_path=executable, headless=True, args=CHROMIUM_ARGS,
+            viewport=DESKTOP, service_workers="block", accept_downloads=False,
+        )
+        recorder = Recorder(base_url)
+        recorder.attach(context)
+        try:
+            yield SimpleNamespace(context=context, recorder=recorder)
+        finally:
+            context.close()
+
+
+# JavaScript run in each page -------------------------------------------------------------
+
+WAIT_FOR_MATHJAX = """async () => {
+  if (!document.querySelector('.math')) return false;
+  for (let i = 0; i < 200 && !(window.MathJax && MathJax.startup && MathJax.startup.promise); i++) {
+    await new Promise(r => setTimeout(r, 50));
+  }
+  if (!(window.MathJax && MathJax.startup && MathJax.startup.promise)) return 'MathJax never started';
+  await MathJax.startup.promise;
+  return true;
+}"""
+
+MATH_REPORT = """() => {
+  const nodes = [...document.querySelectorAll('.math')];
+  const untypeset = nodes.filter(n => !n.querySelector('mjx-container'))
+                         .map(n => n.textContent.trim().slice(0, 60));
+  const errors = [...document.querySelectorAll('mjx-merror')]
+                   .map(e => (e.getAttribute('data-mjx-error') || e.textContent).slice(0, 80));
+  // raw TeX delimiters left anywhere in the text, outside code, scripts and typeset math
+  const raw = [];
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let t = walker.nextNode(); t; t = walker.nextNode()) {
+    const p = t.parentElement;
+    if (p.closest('pre, code, script, style, textarea, mjx-container, .highlight')) continue;
+    if (/\\\\\\(|\\\\\\[/.test(t.textContent)) raw.push(t.textContent.trim().slice(0, 60));
+  }
+  return {count: nodes.length,
+          typeset: document.querySelectorAll('mjx-container').length,
+          untypeset, errors, raw};
+}"""
+
+LOAD_IMAGES = """async () => {
+  const imgs = [...document.images];
+  imgs.forEach(img => { img.loading = 'eager'; });
+  await Promise.all(imgs.map(img => img.complete ? null :
+    new Promise(r => { img.addEventListener('load', r); img.addEventListener('error', r);
+                       setTimeout(r, 5000); })));
+  return imgs.map(img => ({src: img.currentSrc || img.src, width: img.naturalWidth}));
+}"""
+
+PAGE_WIDTH = """() => ({scroll: document.documentElement.scrollWidth, view: window.innerWidth,
+  culprits: [...document.querySelectorAll('.bd-article *')]
+    .filter(e => e.getBoundingClientRect().right > window.innerWidth + 1
+                 && !e.closest('.pst-scrollable-table-container, .highlight, pre, .output, mjx-container, .math'))
+    .slice(0, 5).map(e => e.tagName + '.' + e.className)})"""
+
+
+# The tests -----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def crawl(site: Path, base_url: str, browser) -> Dict[str, object]:
+    """Open every page once at desktop width and collect what each check needs."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    page = browser.context.new_page()
+    report: Dict[str, object] = {"pages": [], "math": {}, "images": {}}
+    for rel in _pages(site):
+        _open(page, base_url, rel, site)
+        try:  # quiet network; a busy machine may never give 500 ms of it, and that is fine
+            page.wait_for_load_state("networkidle", timeout=5000)
+        except PlaywrightTimeout:
+            pass
+        mathjax = page.evaluate(WAIT_FOR_MATHJAX)
+        assert mathjax != "MathJax never started", f"{rel}: MathJax never started"
+        report["math"][rel] = page.evaluate(MATH_REPORT)
+        report["images"][rel] = page.evaluate(LOAD_IMAGES)
+        page.evaluate("document.fonts.ready.then(() => true)")  # MathJax and icon fonts
+        report["pages"].append(rel)
+    page.close()
+    return report
+
+
+def test_every_page_opened(crawl, site):
+    pages = crawl["pages"]
+    assert "book/preface.html" in pages and len(pages) >= 10, pages
+    chapters = [p for p in pages if p.startswith(CHAPTER_PREFIX)]
+    assert len(chapters) == 6, chapters
+
+
+def test_math_is_typeset(crawl):
+    with_math = {rel: m for rel, m in crawl["math"].items() if m["count"]}
+    # the notation page and the chapters are full of math; a site with none means MathJax broke
+    assert "book/notation.html" in with_math, sorted(with_math)
+    for rel, m in with_math.items():
+        assert m["untypeset"] == [], f"{rel}: math left as raw TeX"
+        assert m["errors"] == [], f"{rel}: MathJax errors"
+        assert m["typeset"] >= m["count"], f"{rel}: {m}"
+    for rel, m in crawl["math"].items():
+        assert m["raw"] == [], f"{rel}: raw TeX delimiters in the text"
+
+
+def test_every_image_loads(crawl):
+    broken = [f"{rel}: {img['src']}" for rel, imgs in crawl["images"].items()
+              for img in imgs if img["width"] <= 0]
+    assert broken == []
+    assert sum(len(imgs) for imgs in crawl["images"].values()) > 0
+
+
+def test_pages_fit_a_phone_screen(site, base_url, browser):
+    page = browser.context.new_page()
+    page.set_viewport_size(PHONE)
+    too_wide = []
+    for rel in _pages(site):
+        _open(page, base_url, rel, site)
+        width = page.evaluate(PAGE_WIDTH)
+        if width["scroll"] > width["view"] + 1:
+            too_wide.append(f"{rel}: {width}")
+    page.close()
+    assert too_wide == []
+
+
+def test_solutions_are_collapsed_until_opened(site, base_url, browser):
+    page = browser.context.new_page()
+    checked = 0
+    for rel in _pages(site):
+        if not rel.startswith(CHAPTER_PREFIX):
+            continue
+        page.goto(base_url + rel, wait_until="load")
+        solutions = page.locator("div.solution.dropdown")
+        for i in range(solutions.count()):
+            solution = solutions.nth(i)
+            body = solution.locator(":scope > :not(.admonition-title)").first
+            assert not body.is_visible(), f"{rel}: solution {i + 1} is open before a click"
+            if checked == 0:  # opening works (once is enough: the same script does all)
+                solution.locator(".admonition-title").click()
+                body.wait_for(state="visible", timeout=5000)
+            checked += 1
+    page.close()
+    if checked == 0:
+        pytest.skip("no chapter has a dropdown solution yet")
+
+
+def test_notebooks_download_offline(site, base_url, browser):
+    page = browser.context.new_page()
+    chapters = [rel for rel in _pages(site) if rel.startswith(CHAPTER_PREFIX)]
+    assert chapters
+    for rel in chapters:
+        page.goto(base_url + rel, wait_until="load")
+        links = page.locator(".dropdown-download-buttons a[href$='.ipynb']")
+        assert links.count() == 1, f"{rel}: no .ipynb download button"
+        href = links.first.get_attribute("href")
+        response = page.request.get(page.url.rsplit("/", 1)[0] + "/" + href)
+        assert response.status == 200, f"{rel}: {href} answered {response.status}"
+        notebook = json.loads(response.body())
+        assert notebook["nbformat"] == 4 and notebook["cells"], f"{rel}: {href} is not a notebook"
+    page.close()
+
+
+# These two run last, so that they cover the pages opened by every test above. -------------
+
+def test_no_request_leaves_the_machine(crawl, browser):
+    """Runs last (pytest keeps file order): covers the requests of every test above."""
+    recorder = browser.recorder
+    assert recorder.requests, "no request was recorded at all"
+    assert recorder.foreign_hosts() == set()
+
+
+def test_no_missing_files_and_no_javascript_errors(crawl, browser):
+    recorder = browser.recorder
+    assert recorder.failures == []
+    assert recorder.console_errors == []
