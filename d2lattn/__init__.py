@@ -2,12 +2,16 @@
 
 One module per idea, following the three steps of attention (score, normalize, pool):
 
-- :mod:`d2lattn.masking` — ``masked_softmax``: normalization that ignores padding;
-- :mod:`d2lattn.scoring` — scoring functions: ``DotProductAttention``, ``AdditiveAttention``;
+- :mod:`d2lattn.masking` — ``masked_softmax``, ``valid_lens_to_mask``: normalization that
+  ignores padding;
+- :mod:`d2lattn.scoring` — scoring functions (``dot_product_scores``, ``cosine_scores``,
+  ``gaussian_scores``) and the layers built on them: ``DotProductAttention``,
+  ``AdditiveAttention``, ``BilinearAttention``, and ``Attention`` for any score function;
 - :mod:`d2lattn.multihead` — ``MultiHeadAttention``;
-- :mod:`d2lattn.positional` — ``sinusoidal_positional_encoding``, ``PositionalEncoding``;
+- :mod:`d2lattn.positional` — ``sinusoidal_positional_encoding``, ``PositionalEncoding``,
+  ``sinusoidal_shift_matrix``, ``LearnedPositionalEmbedding``;
 - :mod:`d2lattn.kernel_regression` — ``nadaraya_watson``, ``NadarayaWatsonRegression``;
-- :mod:`d2lattn.plotting` — ``show_heatmaps``.
+- :mod:`d2lattn.plotting` — ``show_heatmaps``, ``show_fits``.
 
 Importing the package has no side effects (matplotlib is loaded only when a plot is drawn).
 """
@@ -15,23 +19,47 @@ Importing the package has no side effects (matplotlib is loaded only when a plot
 from .kernel_regression import KERNELS, NadarayaWatsonRegression, nadaraya_watson
 from .masking import masked_softmax, valid_lens_to_mask
 from .multihead import MultiHeadAttention
-from .plotting import show_heatmaps
-from .positional import PositionalEncoding, sinusoidal_positional_encoding
-from .scoring import AdditiveAttention, DotProductAttention, check_qkv
+from .plotting import show_fits, show_heatmaps
+from .positional import (
+    LearnedPositionalEmbedding,
+    PositionalEncoding,
+    sinusoidal_positional_encoding,
+    sinusoidal_shift_matrix,
+)
+from .scoring import (
+    AdditiveAttention,
+    Attention,
+    BilinearAttention,
+    DotProductAttention,
+    ScoreFn,
+    check_qkv,
+    cosine_scores,
+    dot_product_scores,
+    gaussian_scores,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AdditiveAttention",
+    "Attention",
+    "BilinearAttention",
     "DotProductAttention",
     "KERNELS",
+    "LearnedPositionalEmbedding",
     "MultiHeadAttention",
     "NadarayaWatsonRegression",
     "PositionalEncoding",
+    "ScoreFn",
     "check_qkv",
+    "cosine_scores",
+    "dot_product_scores",
+    "gaussian_scores",
     "masked_softmax",
     "nadaraya_watson",
+    "show_fits",
     "show_heatmaps",
     "sinusoidal_positional_encoding",
+    "sinusoidal_shift_matrix",
     "valid_lens_to_mask",
 ]

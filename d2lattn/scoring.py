@@ -303,7 +303,8 @@ def cosine_scores(queries: Tensor, keys: Tensor, *, temperature: float = 1.0,
             ``temperature`` or ``eps``.
 
     Example:
-        >>> q = torch.tensor([[[1.0, 0.0]]]); k = torch.tensor([[[2.0, 0.0], [0.0, 3.0], [-1.0, 0.0]]])
+        >>> q = torch.tensor([[[1.0, 0.0]]])
+        >>> k = torch.tensor([[[2.0, 0.0], [0.0, 3.0], [-1.0, 0.0]]])
         >>> cosine_scores(q, k)
         tensor([[[ 1.,  0., -1.]]])
         >>> cosine_scores(q, k).shape
@@ -316,8 +317,10 @@ def cosine_scores(queries: Tensor, keys: Tensor, *, temperature: float = 1.0,
     _check_queries_keys(queries, keys)
     _check_positive("temperature", temperature)
     _check_positive("eps", eps)
-    q = queries / torch.linalg.vector_norm(queries, dim=-1, keepdim=True).clamp_min(eps)  # (B, ..., Q, d)
-    k = keys / torch.linalg.vector_norm(keys, dim=-1, keepdim=True).clamp_min(eps)  # (B, ..., K, d)
+    q_len = torch.linalg.vector_norm(queries, dim=-1, keepdim=True)  # (B, ..., Q, 1)
+    k_len = torch.linalg.vector_norm(keys, dim=-1, keepdim=True)  # (B, ..., K, 1)
+    q = queries / q_len.clamp_min(eps)  # (B, ..., Q, d), unit length (or zero)
+    k = keys / k_len.clamp_min(eps)  # (B, ..., K, d)
     return (q @ k.transpose(-2, -1)) / temperature  # (B, ..., Q, K)
 
 

@@ -174,7 +174,8 @@ def test_bilinear_gradcheck_with_empty_row():
 
 # --- Attention (generic) -----------------------------------------------------------------------
 
-@pytest.mark.parametrize("score_fn", [cosine_scores, functools.partial(gaussian_scores, bandwidth=2.0)])
+@pytest.mark.parametrize("score_fn",
+                         [cosine_scores, functools.partial(gaussian_scores, bandwidth=2.0)])
 def test_attention_is_masked_softmax_of_scores_then_pooling(score_fn):
     q, k = qk(extra=(2,))
     v = torch.randn(2, 2, 5, 3, dtype=torch.float64)

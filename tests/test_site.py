@@ -22,6 +22,7 @@ that is a failure.
 from __future__ import annotations
 
 import functools
+import html.parser
 import http.server
 import json
 import os
@@ -149,14 +150,20 @@ class Recorder:
 
     def attach(self, context) -> None:
         context.on("request", lambda r: self.requests.append(r.url))
-        context.on("requestfailed", lambda r: self.failures.append(
-            f"{self._where(r.frame.page)}: {r.url} failed ({r.failure})"))
+        context.on("requestfailed", self._on_failed)
         context.on("response", lambda r: r.status >= 400 and self.failures.append(
             f"{self._where(r.frame.page)}: {r.url} answered HTTP {r.status}"))
         context.on("console", lambda m: m.type == "error" and self.console_errors.append(
             f"{self._where(m.page)}: console error: {m.text}"))
         context.on("weberror", lambda e: self.console_errors.append(
             f"{self._where(e.page)}: uncaught exception: {e.error}"))
+
+    def _on_failed(self, request) -> None:
+        # net::ERR_ABORTED: cancelled because the test moved on to the next page (a late
+        # favicon, say); a file that is really missing answers 404 and is caught above.
+        if request.failure != "net::ERR_ABORTED":
+            self.failures.append(
+                f"{self._where(request.frame.page)}: {request.url} failed ({request.failure})")
 
     def foreign_hosts(self) -> Set[str]:
         hosts = set()
@@ -241,6 +248,36 @@ PAGE_WIDTH = """() => ({scroll: document.documentElement.scrollWidth, view: wind
 
 
 # The tests -----------------------------------------------------------------------------------
+
+class _AssetLinks(html.parser.HTMLParser):
+    """Collect the URLs a browser would load by itself: script/img/iframe/source src, every
+    <link href> (stylesheets, icons, preloads, preconnects) and <object data>."""
+
+    LOADED = {"script": "src", "img": "src", "iframe": "src", "source": "src", "embed": "src",
+              "audio": "src", "video": "src", "link": "href", "object": "data"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.urls: List[str] = []
+
+    def handle_starttag(self, tag: str, attrs) -> None:
+        wanted = self.LOADED.get(tag)
+        for name, value in attrs:
+            if value and (name == wanted or (tag == "img" and name == "srcset")):
+                self.urls.append(value)
+
+
+def test_no_remote_assets_in_the_html(site):
+    """Static companion of the browser test (runs even without a browser): no page names a
+    script, stylesheet, font, icon or image on another host."""
+    remote = []
+    for rel in _pages(site):
+        parser = _AssetLinks()
+        parser.feed((site / rel).read_text(encoding="utf-8"))
+        remote += [f"{rel}: {url}" for url in parser.urls
+                   if url.startswith(("http:", "https:", "//"))]
+    assert remote == []
+
 
 @pytest.fixture(scope="module")
 def crawl(site: Path, base_url: str, browser) -> Dict[str, object]:

@@ -21,11 +21,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
 
 HERE = Path(__file__).resolve().parent
 
@@ -47,6 +45,8 @@ BASE_FONT = 13  # pt at the figure's natural size; the smallest text used is 11 
 
 
 def setup() -> None:
+    """Headless backend and deterministic SVG output (called by main, not on import)."""
+    matplotlib.use("Agg")
     plt.rcParams.update(
         {
             "svg.hashsalt": "d2lattn",
