@@ -135,6 +135,34 @@ def masked_softmax(
     Source: Vaswani et al. (2017), section 3.2.3 (masking by setting scores to
     :math:`-\infty`); the empty-row rule (zeros) is this book's, see chapter 3.
     """
+    return _masked_softmax(X, valid_lens, mask, overwrite=False)
+
+
+def _softmax(X: Tensor, overwrite: bool) -> Tensor:
+    """Softmax over the last axis; in place when allowed and no gradient is being recorded.
+
+    Writing the weights over the scores saves a fresh ``(B, ..., Q, K)`` allocation, which on
+    the CPU costs more than the softmax itself (new pages must be faulted in on every call).
+    ``out=`` does not support autograd, so training always takes the out-of-place path.
+    """
+    if overwrite and not (torch.is_grad_enabled() and X.requires_grad):
+        return torch.softmax(X, dim=-1, out=X)
+    return torch.softmax(X, dim=-1)
+
+
+def _masked_softmax(
+    X: Tensor,
+    valid_lens: Optional[ValidLens],
+    mask: Optional[Tensor],
+    *,
+    overwrite: bool,
+) -> Tensor:
+    """:func:`masked_softmax`; with ``overwrite=True`` it may write into ``X``.
+
+    The attention layers use ``overwrite=True`` on the score tensors they have just created
+    (and nobody else holds), which saves allocating and filling one more ``(B, ..., Q, K)``
+    tensor per call. Public callers always get ``overwrite=False``.
+    """
     if not isinstance(X, Tensor) or not X.is_floating_point():
         raise ValueError(f"X must be a floating-point tensor of scores, got {type(X).__name__}"
                          + (f" of dtype {X.dtype}" if isinstance(X, Tensor) else ""))
@@ -170,14 +198,18 @@ def masked_softmax(
         keep = mask if keep is None else keep & mask
 
     if keep is None:
-        return torch.softmax(X, dim=-1)
+        return _softmax(X, overwrite)
 
-    # masked_fill returns a new tensor: the caller's X is left untouched.
-    scores = X.masked_fill(~keep, float("-inf"))
+    # masked_fill returns a new tensor, so the caller's X is left untouched; the in-place
+    # masked_fill_ is used only on score tensors the attention layers own.
+    if overwrite:
+        scores = X.masked_fill_(~keep, float("-inf"))
+    else:
+        scores = X.masked_fill(~keep, float("-inf"))
     has_key = keep.any(dim=-1, keepdim=True)  # (..., Q, 1) or broadcastable
     if bool(has_key.all()):
         # Every row keeps at least one key: exp(-inf) = 0 gives masked keys exactly zero weight.
-        return torch.softmax(scores, dim=-1)
+        return _softmax(scores, overwrite)
     # Some row is empty: softmax of a row of -inf is NaN. Give such rows finite scores first,
     # then zero them; torch.where passes no gradient to the branch it did not pick.
     scores = torch.where(has_key, scores, torch.zeros((), dtype=X.dtype, device=X.device))

@@ -98,7 +98,9 @@ class MultiHeadAttention(nn.Module):
     def split_heads(self, X: Tensor) -> Tensor:
         """``(B, T, num_hiddens)`` -> ``(B, num_heads, T, num_hiddens // num_heads)``."""
         B, T, _ = X.shape
-        return X.view(B, T, self.num_heads, -1).transpose(1, 2)  # (B, h, T, d_h)
+        # contiguous: one copy here lets every later matmul use the heads without copying,
+        # and gives BLAS keys^T as a plain transposed view.
+        return X.view(B, T, self.num_heads, -1).transpose(1, 2).contiguous()  # (B, h, T, d_h)
 
     def merge_heads(self, X: Tensor) -> Tensor:
         """``(B, num_heads, T, d_h)`` -> ``(B, T, num_heads * d_h)``; inverse of ``split_heads``."""

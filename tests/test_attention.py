@@ -162,3 +162,27 @@ def test_property_dot_product_matches_sdpa(B, Q, K, d, seed):
     lens = torch.randint(1, K + 1, (B,), generator=torch.Generator().manual_seed(seed))
     expected = F.scaled_dot_product_attention(q, k, v, attn_mask=valid_lens_to_mask(lens, Q, K))
     torch.testing.assert_close(DotProductAttention()(q, k, v, lens), expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("lens", [None, torch.tensor([2, 0]), torch.tensor([[1, 4, 5], [0, 3, 2]])])
+def test_inference_path_equals_training_path(lens):
+    """Without autograd the layer writes the weights over its own scores; same numbers."""
+    q, k, v = qkv()
+    attn = DotProductAttention()
+    with torch.no_grad():
+        out_fast = attn(q, k, v, lens)
+        w_fast = attn.attention_weights
+    out_slow = attn(q.requires_grad_(), k, v, lens)
+    torch.testing.assert_close(out_fast, out_slow, rtol=0, atol=0)
+    torch.testing.assert_close(w_fast, attn.attention_weights, rtol=0, atol=0)
+
+
+def test_public_masked_softmax_never_overwrites_even_without_grad():
+    from d2lattn import masked_softmax
+
+    X = torch.randn(2, 3, 4)
+    X0 = X.clone()
+    with torch.no_grad():
+        masked_softmax(X)
+        masked_softmax(X, torch.tensor([1, 0]))
+    assert torch.equal(X, X0)
