@@ -1,6 +1,6 @@
 """Speed of d2lattn's attention against PyTorch's own, on the CPU in float32.
 
-    python benchmarks/bench_attention.py [--rounds 21] [--threads N]
+    python benchmarks/bench_attention.py [--rounds 41] [--threads N]
 
 Two comparisons, each reported as the ratio of medians (ours / PyTorch's; lower is better):
 
@@ -99,7 +99,7 @@ def bench_multihead(rounds: int) -> Tuple[float, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=21, help="interleaved rounds (median over them)")
+    parser.add_argument("--rounds", type=int, default=41, help="interleaved rounds (median over them)")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     args = parser.parse_args()
     if args.threads:

@@ -95,10 +95,23 @@ def valid_lens_to_mask(valid_lens: ValidLens, num_queries: int, num_keys: int) -
     return positions < lens  # (B, 1 or Q, K)
 
 
+def _softmax_into(X: Tensor) -> Tensor:
+    """Softmax over the last axis, written over ``X`` unless autograd is recording ``X``.
+
+    Reusing the storage saves a fresh ``(B, ..., Q, K)`` allocation, which on the CPU can cost
+    more than the softmax itself; ``out=`` does not support autograd, so training allocates.
+    """
+    if torch.is_grad_enabled() and X.requires_grad:
+        return torch.softmax(X, dim=-1)
+    return torch.softmax(X, dim=-1, out=X)
+
+
 def masked_softmax(
     X: Tensor,
     valid_lens: Optional[ValidLens] = None,
     mask: Optional[Tensor] = None,
+    *,
+    inplace: bool = False,
 ) -> Tensor:
     r"""Softmax over the last axis of ``X`` in which masked keys get exactly zero weight.
 
@@ -116,10 +129,15 @@ def masked_softmax(
         mask: ``None`` or a bool tensor broadcastable to ``X.shape``; **True = may attend**
             (as in ``F.scaled_dot_product_attention``). If both ``valid_lens`` and ``mask``
             are given, a key must be allowed by both.
+        inplace: keyword-only; if True, ``X`` may be overwritten (its storage is reused for
+            the masking and, when autograd is not recording ``X``, for the result), which saves
+            one ``(B, ..., Q, K)`` allocation per call. The attention layers pass True for the
+            score tensors they have just computed; keep the default for scores you still need.
 
     Returns:
         Tensor of the shape and dtype of ``X``: non-negative weights, each row summing to 1,
-        or to 0 for a row in which every key is masked. ``X`` itself is never modified.
+        or to 0 for a row in which every key is masked. ``X`` itself is never modified unless
+        ``inplace=True``.
 
     Raises:
         ValueError: ``X`` not floating point; ``valid_lens`` not integer, not of shape ``(B,)``
@@ -134,34 +152,6 @@ def masked_softmax(
 
     Source: Vaswani et al. (2017), section 3.2.3 (masking by setting scores to
     :math:`-\infty`); the empty-row rule (zeros) is this book's, see chapter 3.
-    """
-    return _masked_softmax(X, valid_lens, mask, overwrite=False)
-
-
-def _softmax(X: Tensor, overwrite: bool) -> Tensor:
-    """Softmax over the last axis; in place when allowed and no gradient is being recorded.
-
-    Writing the weights over the scores saves a fresh ``(B, ..., Q, K)`` allocation, which on
-    the CPU costs more than the softmax itself (new pages must be faulted in on every call).
-    ``out=`` does not support autograd, so training always takes the out-of-place path.
-    """
-    if overwrite and not (torch.is_grad_enabled() and X.requires_grad):
-        return torch.softmax(X, dim=-1, out=X)
-    return torch.softmax(X, dim=-1)
-
-
-def _masked_softmax(
-    X: Tensor,
-    valid_lens: Optional[ValidLens],
-    mask: Optional[Tensor],
-    *,
-    overwrite: bool,
-) -> Tensor:
-    """:func:`masked_softmax`; with ``overwrite=True`` it may write into ``X``.
-
-    The attention layers use ``overwrite=True`` on the score tensors they have just created
-    (and nobody else holds), which saves allocating and filling one more ``(B, ..., Q, K)``
-    tensor per call. Public callers always get ``overwrite=False``.
     """
     if not isinstance(X, Tensor) or not X.is_floating_point():
         raise ValueError(f"X must be a floating-point tensor of scores, got {type(X).__name__}"
@@ -198,18 +188,16 @@ def _masked_softmax(
         keep = mask if keep is None else keep & mask
 
     if keep is None:
-        return _softmax(X, overwrite)
+        return _softmax_into(X) if inplace else torch.softmax(X, dim=-1)
 
-    # masked_fill returns a new tensor, so the caller's X is left untouched; the in-place
-    # masked_fill_ is used only on score tensors the attention layers own.
-    if overwrite:
-        scores = X.masked_fill_(~keep, float("-inf"))
-    else:
-        scores = X.masked_fill(~keep, float("-inf"))
+    # masked_fill returns a new tensor, so the caller's X is left untouched (masked_fill_
+    # writes into X, which only inplace=True allows). Either way `scores` is ours to overwrite.
+    fill = X.masked_fill_ if inplace else X.masked_fill
+    scores = fill(~keep, float("-inf"))
     has_key = keep.any(dim=-1, keepdim=True)  # (..., Q, 1) or broadcastable
     if bool(has_key.all()):
         # Every row keeps at least one key: exp(-inf) = 0 gives masked keys exactly zero weight.
-        return _softmax(scores, overwrite)
+        return _softmax_into(scores)
     # Some row is empty: softmax of a row of -inf is NaN. Give such rows finite scores first,
     # then zero them; torch.where passes no gradient to the branch it did not pick.
     scores = torch.where(has_key, scores, torch.zeros((), dtype=X.dtype, device=X.device))

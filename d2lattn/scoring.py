@@ -19,7 +19,7 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor, nn
 
-from .masking import ValidLens, _masked_softmax, masked_softmax
+from .masking import ValidLens, masked_softmax
 
 __all__ = [
     "DotProductAttention",
@@ -120,7 +120,7 @@ class DotProductAttention(nn.Module):
         # 1. score: scaling the queries (Q*d numbers) is cheaper than scaling the scores (Q*K).
         scores = (queries * (1.0 / math.sqrt(d))) @ keys.transpose(-2, -1)  # (B, ..., Q, K)
         # 2. normalize; `scores` is ours alone, so masking may overwrite it in place
-        weights = _masked_softmax(scores, valid_lens, None, overwrite=True)  # (B, ..., Q, K)
+        weights = masked_softmax(scores, valid_lens, inplace=True)  # (B, ..., Q, K)
         self.attention_weights = weights.detach()
         # 3. pool
         return self.dropout(weights) @ values  # (B, ..., Q, v)

@@ -176,3 +176,16 @@ def test_property_weights_are_a_distribution_over_valid_keys(B, Q, K, two_d, see
     expected = (L.squeeze(-1) > 0).to(W.dtype).expand_as(sums)
     torch.testing.assert_close(sums, expected)
     torch.testing.assert_close(W, reference_masked_softmax(X, keep.expand_as(X)))
+
+
+@pytest.mark.parametrize("lens", [None, torch.tensor([0, 2]), torch.tensor([[1, 3, 4], [2, 0, 4]])])
+@pytest.mark.parametrize("grad", [False, True])
+def test_inplace_gives_the_same_weights_and_gradients(lens, grad):
+    X = torch.randn(2, 3, 4, dtype=torch.float64)
+    expected = masked_softmax(X, lens)
+    scores = (X.clone().requires_grad_() if grad else X.clone())
+    work = scores * 1.0 if grad else scores  # a non-leaf when autograd records it
+    torch.testing.assert_close(masked_softmax(work, lens, inplace=True), expected, rtol=0, atol=0)
+    if grad:
+        masked_softmax(scores * 1.0, lens, inplace=True).sum().backward()
+        assert torch.isfinite(scores.grad).all()
