@@ -131,8 +131,10 @@ def masked_softmax(
             are given, a key must be allowed by both.
         inplace: keyword-only; if True, ``X`` may be overwritten (its storage is reused for
             the masking and, when autograd is not recording ``X``, for the result), which saves
-            one ``(B, ..., Q, K)`` allocation per call. The attention layers pass True for the
-            score tensors they have just computed; keep the default for scores you still need.
+            one ``(B, ..., Q, K)`` allocation per call. :class:`~d2lattn.DotProductAttention`
+            passes True for the scores it has just computed; keep the default for scores you
+            still need. A leaf tensor that requires grad cannot be written to; for it,
+            ``inplace`` is ignored.
 
     Returns:
         Tensor of the shape and dtype of ``X``: non-negative weights, each row summing to 1,
@@ -186,6 +188,9 @@ def masked_softmax(
             )
         mask = mask.to(X.device)
         keep = mask if keep is None else keep & mask
+
+    if inplace and X.is_leaf and X.requires_grad:
+        inplace = False  # autograd forbids writing into such a tensor
 
     if keep is None:
         return _softmax_into(X) if inplace else torch.softmax(X, dim=-1)

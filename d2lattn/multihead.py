@@ -72,7 +72,7 @@ class MultiHeadAttention(nn.Module):
     ) -> None:
         super().__init__()
         for name, value in (("num_hiddens", num_hiddens), ("num_heads", num_heads)):
-            if not isinstance(value, int) or value < 1:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if num_hiddens % num_heads != 0:
             raise ValueError(
@@ -80,7 +80,8 @@ class MultiHeadAttention(nn.Module):
             )
         sizes = {"query_size": query_size, "key_size": key_size, "value_size": value_size}
         for name, value in sizes.items():
-            if value is not None and (not isinstance(value, int) or value < 1):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < 1):
                 raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
         self.num_hiddens = num_hiddens
         self.num_heads = num_heads

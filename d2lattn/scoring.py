@@ -68,6 +68,12 @@ def check_qkv(queries: Tensor, keys: Tensor, values: Tensor, *, same_size: bool)
         )
 
 
+def _check_dropout(dropout: float) -> None:
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) \
+            or not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout must lie in [0, 1), got {dropout!r}")
+
+
 class DotProductAttention(nn.Module):
     r"""Scaled dot-product attention.
 
@@ -103,8 +109,7 @@ class DotProductAttention(nn.Module):
 
     def __init__(self, dropout: float = 0.0) -> None:
         super().__init__()
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must lie in [0, 1), got {dropout}")
+        _check_dropout(dropout)
         self.dropout = nn.Dropout(dropout)
         self.attention_weights = None
 
@@ -117,7 +122,8 @@ class DotProductAttention(nn.Module):
     ) -> Tensor:
         check_qkv(queries, keys, values, same_size=True)
         d = queries.shape[-1]
-        # 1. score: scaling the queries (Q*d numbers) is cheaper than scaling the scores (Q*K).
+        # 1. score; scaling the queries (Q*d numbers) instead of the scores (Q*K) gives the
+        #    same result with fewer multiplications whenever d < K.
         scores = (queries * (1.0 / math.sqrt(d))) @ keys.transpose(-2, -1)  # (B, ..., Q, K)
         # 2. normalize; `scores` is ours alone, so masking may overwrite it in place
         weights = masked_softmax(scores, valid_lens, inplace=True)  # (B, ..., Q, K)
@@ -169,10 +175,9 @@ class AdditiveAttention(nn.Module):
         super().__init__()
         for name, value in (("query_size", query_size), ("key_size", key_size),
                             ("num_hiddens", num_hiddens)):
-            if not isinstance(value, int) or value < 1:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must lie in [0, 1), got {dropout}")
+        _check_dropout(dropout)
         self.W_q = nn.Linear(query_size, num_hiddens, bias=False)
         self.W_k = nn.Linear(key_size, num_hiddens, bias=False)
         self.w_v = nn.Linear(num_hiddens, 1, bias=False)
@@ -311,7 +316,7 @@ def cosine_scores(queries: Tensor, keys: Tensor, *, temperature: float = 1.0,
         torch.Size([1, 1, 3])
 
     Source: the cosine similarity of the study notes' list of scores (book chapter 4);
-    content-based addressing with a sharpening factor in Graves, Wayne and Danihelka (2014),
+    content-based addressing with a key strength beta in Graves, Wayne and Danihelka (2014),
     "Neural Turing Machines", section 3.3.1.
     """
     _check_queries_keys(queries, keys)
@@ -363,12 +368,6 @@ def gaussian_scores(queries: Tensor, keys: Tensor, *, bandwidth: float = 1.0) ->
     diff = queries.unsqueeze(-2) - keys.unsqueeze(-3)  # (B, ..., Q, K, d)
     sq_dist = (diff / bandwidth).square().sum(dim=-1)  # (B, ..., Q, K)
     return 0.0 - 0.5 * sq_dist  # (B, ..., Q, K); "0.0 -" gives +0.0, not -0.0, where q == k
-
-
-def _check_dropout(dropout: float) -> None:
-    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) \
-            or not 0.0 <= dropout < 1.0:
-        raise ValueError(f"dropout must lie in [0, 1), got {dropout!r}")
 
 
 class Attention(nn.Module):

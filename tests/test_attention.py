@@ -186,3 +186,14 @@ def test_public_masked_softmax_never_overwrites_even_without_grad():
         masked_softmax(X)
         masked_softmax(X, torch.tensor([1, 0]))
     assert torch.equal(X, X0)
+
+
+def test_bool_sizes_are_rejected():
+    with pytest.raises(ValueError, match="query_size"):
+        AdditiveAttention(True, 2, 8)
+    from d2lattn import MultiHeadAttention
+
+    with pytest.raises(ValueError, match="num_heads"):
+        MultiHeadAttention(8, True)
+    with pytest.raises(ValueError, match="key_size"):
+        MultiHeadAttention(8, 2, key_size=True)

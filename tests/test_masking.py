@@ -189,3 +189,10 @@ def test_inplace_gives_the_same_weights_and_gradients(lens, grad):
     if grad:
         masked_softmax(scores * 1.0, lens, inplace=True).sum().backward()
         assert torch.isfinite(scores.grad).all()
+
+
+def test_inplace_on_a_leaf_that_requires_grad_falls_back_to_a_copy():
+    X = torch.zeros(1, 2, 3, requires_grad=True)
+    W = masked_softmax(X, torch.tensor([1]), inplace=True)
+    assert torch.equal(X, torch.zeros(1, 2, 3))
+    torch.testing.assert_close(W, torch.tensor([[[1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]]))

@@ -100,15 +100,15 @@ def save(fig, name: str) -> None:
 
 # --------------------------------------------------------------------------------------------
 def attention_pooling() -> None:
-    """Score -> normalize -> pool for one query and n key-value pairs."""
+    """Score -> normalize -> pool for one query and K key-value pairs."""
     fig, ax = canvas(10.0, 5.4, 100, 54)
-    rows = {"1": 39.0, "2": 27.0, "n": 8.0}  # y of the box centres; a dotted gap before n
+    rows = {"1": 39.0, "2": 27.0, "K": 8.0}  # y of the box centres; a dotted gap before K
     bh = 6.0  # box height
 
     # the query, carried to every score by a bus that runs in the gaps between the rows
     box(ax, 0.5, 23, 9, bh, r"query $\mathbf{q}$", QUERY, size=12)
     ax.plot([9.5, 11.5], [26, 26], color=QUERY, lw=1.5)
-    ax.plot([11.5, 11.5], [rows["n"] + 4.6, rows["1"] + 4.6], color=QUERY, lw=1.5)
+    ax.plot([11.5, 11.5], [rows["K"] + 4.6, rows["1"] + 4.6], color=QUERY, lw=1.5)
     # stored items: keys (left) and values (right), one row per pair
     ax.text(17.5, 48.5, "keys", ha="center", fontsize=BASE_FONT, color=KEY, fontweight="bold")
     ax.text(77.5, 48.5, "values", ha="center", fontsize=BASE_FONT, color=VALUE,
@@ -183,10 +183,10 @@ def _matrix(ax, x0, y0, values, valid, cell, *, weights: bool, colour):
                         bbox=dict(boxstyle="round,pad=0.1", fc="white", ec="none", alpha=0.7)
                         if masked and not weights else None)
     for c in range(nk):
-        ax.text(x0 + (c + 0.5) * cell, y0 + nq * cell + 1.0, f"k{c + 1}", ha="center",
+        ax.text(x0 + (c + 0.5) * cell, y0 + nq * cell + 1.0, f"k{c}", ha="center",
                 va="bottom", fontsize=11, color=KEY)
     for r in range(nq):
-        ax.text(x0 - 0.8, y0 + (nq - 0.5 - r) * cell, f"q{r + 1}", ha="right", va="center",
+        ax.text(x0 - 0.8, y0 + (nq - 0.5 - r) * cell, f"q{r}", ha="right", va="center",
                 fontsize=11, color=QUERY)
 
 
@@ -211,7 +211,7 @@ def masking() -> None:
             box(ax, 0.5 + t * 6.1, y0 + 8.5, 5.8, 4.2, tok, GREY if pad else KEY,
                 fill="#e6e6e6" if pad else None, size=11,
                 style="round,pad=0.02,rounding_size=0.4", lw=1.2)
-        ax.text(12.6, y0 + 6.4, f"sequence {b + 1}\nvalid_lens[{b}] = {valid}", ha="center",
+        ax.text(12.6, y0 + 6.4, f"sequence b = {b}\nvalid_lens[{b}] = {valid}", ha="center",
                 va="top", fontsize=11, color=INK)
         arrow(ax, (25.0, y0 + 10.6), (30.5, y0 + 10.6), GREY, lw=1.2, ls=(0, (3, 2)))
         # scores and the mask
