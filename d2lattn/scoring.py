@@ -45,6 +45,15 @@ def check_qkv(queries: Tensor, keys: Tensor, values: Tensor, *, same_size: bool)
 
     Raises:
         ValueError: on a non-float input, fewer than 3 axes, or mismatched sizes.
+
+    Example:
+        >>> check_qkv(torch.ones(2, 1, 4), torch.ones(2, 10, 4), torch.ones(2, 10, 3), same_size=True)
+        >>> check_qkv(torch.ones(2, 1, 4), torch.ones(2, 10, 4), torch.ones(2, 9, 3), same_size=True)
+        Traceback (most recent call last):
+            ...
+        ValueError: values must have shape (B, ..., K, v) with the K = 10 rows of keys, got values of shape (2, 9, 3) and keys of shape (2, 10, 4)
+
+    Source: the shape legend of the book's notation page.
     """
     for name, t in (("queries", queries), ("keys", keys), ("values", values)):
         if not isinstance(t, Tensor) or not t.is_floating_point():
