@@ -7,7 +7,7 @@ from typing import Optional
 from torch import Tensor, nn
 
 from .masking import ValidLens
-from .scoring import DotProductAttention, check_qkv
+from .scoring import DotProductAttention, check_positive_ints, check_qkv
 
 __all__ = ["MultiHeadAttention"]
 
@@ -71,18 +71,13 @@ class MultiHeadAttention(nn.Module):
         value_size: Optional[int] = None,
     ) -> None:
         super().__init__()
-        for name, value in (("num_hiddens", num_hiddens), ("num_heads", num_heads)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        check_positive_ints(num_hiddens=num_hiddens, num_heads=num_heads)
         if num_hiddens % num_heads != 0:
             raise ValueError(
                 f"num_hiddens ({num_hiddens}) must be divisible by num_heads ({num_heads})"
             )
         sizes = {"query_size": query_size, "key_size": key_size, "value_size": value_size}
-        for name, value in sizes.items():
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                      or value < 1):
-                raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+        check_positive_ints(**{name: size for name, size in sizes.items() if size is not None})
         self.num_hiddens = num_hiddens
         self.num_heads = num_heads
         self.W_q = nn.Linear(query_size or num_hiddens, num_hiddens, bias=bias)
@@ -115,15 +110,10 @@ class MultiHeadAttention(nn.Module):
         values: Tensor,
         valid_lens: Optional[ValidLens] = None,
     ) -> Tensor:
-        check_qkv(queries, keys, values, same_size=False)
+        check_qkv(queries, keys, values, same_size=False, query_size=self.W_q.in_features,
+                  key_size=self.W_k.in_features, value_size=self.W_v.in_features)
         if queries.dim() != 3:
             raise ValueError(f"queries must have shape (B, Q, query_size), got {tuple(queries.shape)}")
-        for name, t, layer in (("queries", queries, self.W_q), ("keys", keys, self.W_k),
-                               ("values", values, self.W_v)):
-            if t.shape[-1] != layer.in_features:
-                size = {"queries": "query_size", "keys": "key_size", "values": "value_size"}[name]
-                raise ValueError(f"{name} must have feature size {size} = {layer.in_features}, "
-                                 f"got {t.shape[-1]}")
         # 1. project, then split the hidden axis into h contiguous blocks
         q = self.split_heads(self.W_q(queries))  # (B, h, Q, d_h)
         k = self.split_heads(self.W_k(keys))  # (B, h, K, d_h)

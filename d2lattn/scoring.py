@@ -23,6 +23,7 @@ from .masking import ValidLens, masked_softmax
 
 __all__ = [
     "DotProductAttention",
+    "check_positive_ints",
     "AdditiveAttention",
     "check_qkv",
     "ScoreFn",
@@ -34,7 +35,35 @@ __all__ = [
 ]
 
 
-def check_qkv(queries: Tensor, keys: Tensor, values: Tensor, *, same_size: bool) -> None:
+def _check_queries_keys(queries: Tensor, keys: Tensor, *, same_size: bool) -> None:
+    """Float tensors with >= 3 axes, the same leading axes, and (if asked) the same size d."""
+    for name, t in (("queries", queries), ("keys", keys)):
+        if not isinstance(t, Tensor) or not t.is_floating_point():
+            raise ValueError(f"{name} must be a floating-point tensor")
+        if t.dim() < 3:
+            raise ValueError(f"{name} must have shape (B, ..., n, size), got shape {tuple(t.shape)}")
+    if keys.shape[:-2] != queries.shape[:-2]:
+        raise ValueError(
+            f"keys must have the leading axes of queries {tuple(queries.shape[:-2])}, "
+            f"got keys of shape {tuple(keys.shape)}"
+        )
+    if same_size and queries.shape[-1] != keys.shape[-1]:
+        raise ValueError(
+            f"queries and keys must have the same feature size d, "
+            f"got {queries.shape[-1]} and {keys.shape[-1]}"
+        )
+
+
+def check_qkv(
+    queries: Tensor,
+    keys: Tensor,
+    values: Tensor,
+    *,
+    same_size: bool,
+    query_size: Optional[int] = None,
+    key_size: Optional[int] = None,
+    value_size: Optional[int] = None,
+) -> None:
     """Check the shapes of an attention call, raising ``ValueError`` with the culprit's name.
 
     Args:
@@ -42,6 +71,8 @@ def check_qkv(queries: Tensor, keys: Tensor, values: Tensor, *, same_size: bool)
         keys: ``(B, ..., K, d_k)`` float, the same leading axes as ``queries``.
         values: ``(B, ..., K, v)`` float, as many rows as ``keys``.
         same_size: require ``d_q == d_k`` (dot-product scores need it).
+        query_size, key_size, value_size: keyword-only; if given, the feature size that
+            ``d_q``, ``d_k`` and ``v`` must have (a layer's input sizes).
 
     Raises:
         ValueError: on a non-float input, fewer than 3 axes, or mismatched sizes.
@@ -55,26 +86,38 @@ def check_qkv(queries: Tensor, keys: Tensor, values: Tensor, *, same_size: bool)
 
     Source: the shape legend of the book's notation page.
     """
-    for name, t in (("queries", queries), ("keys", keys), ("values", values)):
-        if not isinstance(t, Tensor) or not t.is_floating_point():
-            raise ValueError(f"{name} must be a floating-point tensor")
-        if t.dim() < 3:
-            raise ValueError(f"{name} must have shape (B, ..., n, size), got shape {tuple(t.shape)}")
-    if keys.shape[:-2] != queries.shape[:-2]:
-        raise ValueError(
-            f"keys must have the leading axes of queries {tuple(queries.shape[:-2])}, "
-            f"got keys of shape {tuple(keys.shape)}"
-        )
+    _check_queries_keys(queries, keys, same_size=same_size)
+    if not isinstance(values, Tensor) or not values.is_floating_point():
+        raise ValueError("values must be a floating-point tensor")
     if values.shape[:-1] != keys.shape[:-1]:
         raise ValueError(
             f"values must have shape (B, ..., K, v) with the K = {keys.shape[-2]} rows of keys, "
             f"got values of shape {tuple(values.shape)} and keys of shape {tuple(keys.shape)}"
         )
-    if same_size and queries.shape[-1] != keys.shape[-1]:
-        raise ValueError(
-            f"queries and keys must have the same feature size d for dot-product scores, "
-            f"got {queries.shape[-1]} and {keys.shape[-1]}"
-        )
+    for name, t, size_name, size in (("queries", queries, "query_size", query_size),
+                                     ("keys", keys, "key_size", key_size),
+                                     ("values", values, "value_size", value_size)):
+        if size is not None and t.shape[-1] != size:
+            raise ValueError(f"{name} must have feature size {size_name} = {size}, "
+                             f"got {t.shape[-1]}")
+
+
+def check_positive_ints(**sizes: object) -> None:
+    """Raise ``ValueError`` naming the first argument that is not a positive ``int``.
+
+    ``bool`` is rejected although it is a subclass of ``int``.
+
+    Example:
+        >>> check_positive_ints(num_hiddens=8, num_heads=0)
+        Traceback (most recent call last):
+            ...
+        ValueError: num_heads must be a positive integer, got 0
+
+    Source: the book's input-checking convention (bad input names the argument).
+    """
+    for name, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
 def _check_dropout(dropout: float) -> None:
@@ -182,10 +225,7 @@ class AdditiveAttention(nn.Module):
 
     def __init__(self, query_size: int, key_size: int, num_hiddens: int, dropout: float = 0.0) -> None:
         super().__init__()
-        for name, value in (("query_size", query_size), ("key_size", key_size),
-                            ("num_hiddens", num_hiddens)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        check_positive_ints(query_size=query_size, key_size=key_size, num_hiddens=num_hiddens)
         _check_dropout(dropout)
         self.W_q = nn.Linear(query_size, num_hiddens, bias=False)
         self.W_k = nn.Linear(key_size, num_hiddens, bias=False)
@@ -200,13 +240,8 @@ class AdditiveAttention(nn.Module):
         values: Tensor,
         valid_lens: Optional[ValidLens] = None,
     ) -> Tensor:
-        check_qkv(queries, keys, values, same_size=False)
-        if queries.shape[-1] != self.W_q.in_features:
-            raise ValueError(f"queries must have feature size query_size = {self.W_q.in_features}, "
-                             f"got {queries.shape[-1]}")
-        if keys.shape[-1] != self.W_k.in_features:
-            raise ValueError(f"keys must have feature size key_size = {self.W_k.in_features}, "
-                             f"got {keys.shape[-1]}")
+        check_qkv(queries, keys, values, same_size=False,
+                  query_size=self.W_q.in_features, key_size=self.W_k.in_features)
         # 1. score: broadcast every query against every key in the hidden space.
         q = self.W_q(queries).unsqueeze(-2)  # (B, ..., Q, 1, h)
         k = self.W_k(keys).unsqueeze(-3)  # (B, ..., 1, K, h)
@@ -227,23 +262,9 @@ class AdditiveAttention(nn.Module):
 ScoreFn = Callable[[Tensor, Tensor], Tensor]
 
 
-def _check_queries_keys(queries: Tensor, keys: Tensor) -> None:
+def _check_scores_args(queries: Tensor, keys: Tensor) -> None:
     """Check the arguments of a score function, raising ``ValueError`` with the culprit's name."""
-    for name, t in (("queries", queries), ("keys", keys)):
-        if not isinstance(t, Tensor) or not t.is_floating_point():
-            raise ValueError(f"{name} must be a floating-point tensor")
-        if t.dim() < 3:
-            raise ValueError(f"{name} must have shape (B, ..., n, d), got shape {tuple(t.shape)}")
-    if keys.shape[:-2] != queries.shape[:-2]:
-        raise ValueError(
-            f"keys must have the leading axes of queries {tuple(queries.shape[:-2])}, "
-            f"got keys of shape {tuple(keys.shape)}"
-        )
-    if queries.shape[-1] != keys.shape[-1]:
-        raise ValueError(
-            f"queries and keys must have the same feature size d, "
-            f"got {queries.shape[-1]} and {keys.shape[-1]}"
-        )
+    _check_queries_keys(queries, keys, same_size=True)
     if queries.dtype != keys.dtype:
         raise ValueError(f"queries and keys must have the same dtype, "
                          f"got {queries.dtype} and {keys.dtype}")
@@ -284,7 +305,7 @@ def dot_product_scores(queries: Tensor, keys: Tensor, *, scale: Optional[float] 
     Source: Vaswani et al. (2017), "Attention Is All You Need", section 3.2.1, equation (1);
     book chapter 4.
     """
-    _check_queries_keys(queries, keys)
+    _check_scores_args(queries, keys)
     if scale is None:
         scale = 1.0 / math.sqrt(queries.shape[-1])
     _check_positive("scale", scale)
@@ -328,7 +349,7 @@ def cosine_scores(queries: Tensor, keys: Tensor, *, temperature: float = 1.0,
     content-based addressing with a key strength beta in Graves, Wayne and Danihelka (2014),
     "Neural Turing Machines", section 3.3.1.
     """
-    _check_queries_keys(queries, keys)
+    _check_scores_args(queries, keys)
     _check_positive("temperature", temperature)
     _check_positive("eps", eps)
     q_len = torch.linalg.vector_norm(queries, dim=-1, keepdim=True)  # (B, ..., Q, 1)
@@ -372,7 +393,7 @@ def gaussian_scores(queries: Tensor, keys: Tensor, *, bandwidth: float = 1.0) ->
     Source: Nadaraya (1964) and Watson (1964) with a Gaussian kernel; book chapter 2 (kernel
     regression) and chapter 4.
     """
-    _check_queries_keys(queries, keys)
+    _check_scores_args(queries, keys)
     _check_positive("bandwidth", bandwidth)
     diff = queries.unsqueeze(-2) - keys.unsqueeze(-3)  # (B, ..., Q, K, d)
     sq_dist = (diff / bandwidth).square().sum(dim=-1)  # (B, ..., Q, K)
@@ -505,9 +526,7 @@ class BilinearAttention(nn.Module):
 
     def __init__(self, query_size: int, key_size: int, dropout: float = 0.0) -> None:
         super().__init__()
-        for name, value in (("query_size", query_size), ("key_size", key_size)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        check_positive_ints(query_size=query_size, key_size=key_size)
         _check_dropout(dropout)
         self.W_b = nn.Linear(key_size, query_size, bias=False)
         self.dropout = nn.Dropout(dropout)
@@ -520,13 +539,8 @@ class BilinearAttention(nn.Module):
         values: Tensor,
         valid_lens: Optional[ValidLens] = None,
     ) -> Tensor:
-        check_qkv(queries, keys, values, same_size=False)
-        if queries.shape[-1] != self.W_b.out_features:
-            raise ValueError(f"queries must have feature size query_size = "
-                             f"{self.W_b.out_features}, got {queries.shape[-1]}")
-        if keys.shape[-1] != self.W_b.in_features:
-            raise ValueError(f"keys must have feature size key_size = {self.W_b.in_features}, "
-                             f"got {keys.shape[-1]}")
+        check_qkv(queries, keys, values, same_size=False,
+                  query_size=self.W_b.out_features, key_size=self.W_b.in_features)
         # 1. score: map every key into query space, then take dot products.
         keys_in_query_space = self.W_b(keys)  # (B, ..., K, d_q)
         scores = queries @ keys_in_query_space.transpose(-2, -1)  # (B, ..., Q, K)
