@@ -11,7 +11,10 @@ One module per idea, following the three steps of attention (score, normalize, p
 - :mod:`d2lattn.positional` — ``sinusoidal_positional_encoding``, ``PositionalEncoding``,
   ``sinusoidal_shift_matrix``, ``LearnedPositionalEmbedding``;
 - :mod:`d2lattn.kernel_regression` — ``nadaraya_watson``, ``NadarayaWatsonRegression``;
-- :mod:`d2lattn.plotting` — ``show_heatmaps``, ``show_fits``.
+- :mod:`d2lattn.plotting` — ``show_heatmaps``, ``show_fits``;
+- :mod:`d2lattn.seq2seq` — encoder–decoder with attention, greedy decoding, the date data set;
+- :mod:`d2lattn.transformer` — Transformer encoder and decoder blocks, KV cache;
+- :mod:`d2lattn.flash` — online softmax and block-wise (FlashAttention-style) attention.
 
 Importing the package has no side effects (matplotlib is loaded only when a plot is drawn).
 """
@@ -38,6 +41,10 @@ from .scoring import (
     dot_product_scores,
     gaussian_scores,
 )
+from . import flash, seq2seq, transformer
+from .flash import *  # noqa: F401,F403  (names listed in flash.__all__)
+from .seq2seq import *  # noqa: F401,F403  (names listed in seq2seq.__all__)
+from .transformer import *  # noqa: F401,F403  (names listed in transformer.__all__)
 
 __version__ = "0.1.0"
 
@@ -65,3 +72,5 @@ __all__ = [
     "sinusoidal_shift_matrix",
     "valid_lens_to_mask",
 ]
+__all__ += flash.__all__ + seq2seq.__all__ + transformer.__all__
+__all__.sort()

@@ -1,0 +1,3 @@
+"""Placeholder: being written (see the open issue for this chapter)."""
+
+__all__: list[str] = []
