@@ -2,14 +2,14 @@
 
 One module per idea, following the three steps of attention (score, normalize, pool):
 
-- :mod:`d2lattn.masking` — ``masked_softmax``, ``valid_lens_to_mask``: normalization that
-  ignores padding;
+- :mod:`d2lattn.masking` — ``masked_softmax``, ``valid_lens_to_mask``, ``causal_mask``:
+  normalization that ignores padding and the future;
 - :mod:`d2lattn.scoring` — scoring functions (``dot_product_scores``, ``cosine_scores``,
   ``gaussian_scores``) and the layers built on them: ``DotProductAttention``,
   ``AdditiveAttention``, ``BilinearAttention``, and ``Attention`` for any score function;
 - :mod:`d2lattn.multihead` — ``MultiHeadAttention``;
 - :mod:`d2lattn.positional` — ``sinusoidal_positional_encoding``, ``PositionalEncoding``,
-  ``sinusoidal_shift_matrix``, ``LearnedPositionalEmbedding``;
+  ``sinusoidal_shift_matrix``, ``LearnedPositionalEmbedding``, ``rotary_embedding``, ``alibi_bias``;
 - :mod:`d2lattn.kernel_regression` — ``nadaraya_watson``, ``NadarayaWatsonRegression``;
 - :mod:`d2lattn.plotting` — ``show_heatmaps``, ``show_fits``;
 - :mod:`d2lattn.seq2seq` — encoder–decoder with attention, greedy decoding, the date data set;
@@ -20,12 +20,14 @@ Importing the package has no side effects (matplotlib is loaded only when a plot
 """
 
 from .kernel_regression import KERNELS, NadarayaWatsonRegression, nadaraya_watson
-from .masking import masked_softmax, valid_lens_to_mask
+from .masking import causal_mask, masked_softmax, valid_lens_to_mask
 from .multihead import MultiHeadAttention
 from .plotting import show_fits, show_heatmaps
 from .positional import (
     LearnedPositionalEmbedding,
     PositionalEncoding,
+    alibi_bias,
+    rotary_embedding,
     sinusoidal_positional_encoding,
     sinusoidal_shift_matrix,
 )
@@ -59,6 +61,8 @@ __all__ = [
     "NadarayaWatsonRegression",
     "PositionalEncoding",
     "ScoreFn",
+    "alibi_bias",
+    "causal_mask",
     "check_positive_ints",
     "check_qkv",
     "cosine_scores",
@@ -66,6 +70,7 @@ __all__ = [
     "gaussian_scores",
     "masked_softmax",
     "nadaraya_watson",
+    "rotary_embedding",
     "show_fits",
     "show_heatmaps",
     "sinusoidal_positional_encoding",

@@ -5,6 +5,9 @@ r"""Nadaraya–Watson kernel regression: attention pooling before deep learning.
 
 The query is ``x``, the keys are the training inputs ``x_i``, the values are the training
 targets ``y_i``, and the normalized kernel values are the attention weights.
+
+Source: Nadaraya (1964); Watson (1964); the example data and the parametric model follow the
+Chinese edition of *Dive into Deep Learning* (动手学深度学习, 2nd ed., 2023), section 10.2.
 """
 
 from __future__ import annotations
@@ -105,7 +108,9 @@ def nadaraya_watson(
         >>> y_hat, w
         (tensor([1.6667]), tensor([[0.3333, 0.3333, 0.3333]]))
 
-    Source: Nadaraya (1964); Watson (1964); d2l.ai section 11.2.
+    Source: Nadaraya (1964); Watson (1964); the data and setting follow Zhang et al.,
+    *Dive into Deep Learning*, Chinese edition (动手学深度学习, 2nd ed., Posts & Telecom
+    Press, 2023), section 10.2 (注意力汇聚：Nadaraya-Watson 核回归).
     """
     _check_inputs(x_query, x_train, y_train)
     if not isinstance(kernel, str) or kernel not in KERNELS:
@@ -164,7 +169,9 @@ class NadarayaWatsonRegression(nn.Module):
         >>> model.attention_weights[0]  # query 0 may not attend to key 0
         tensor([0.0000, 0.9975, 0.0025])
 
-    Source: d2l.ai section 11.2 (parametric attention pooling); Nadaraya (1964); Watson (1964).
+    Source: Zhang et al., *Dive into Deep Learning*, Chinese edition (动手学深度学习, 2nd ed.,
+    Posts & Telecom Press, 2023), section 10.2.4 (带参数注意力汇聚, parametric attention
+    pooling); Nadaraya (1964); Watson (1964).
     """
 
     attention_weights: Optional[Tensor]

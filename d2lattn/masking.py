@@ -27,7 +27,7 @@ from typing import Optional, Sequence, Union
 import torch
 from torch import Tensor
 
-__all__ = ["masked_softmax", "valid_lens_to_mask"]
+__all__ = ["causal_mask", "masked_softmax", "valid_lens_to_mask"]
 
 ValidLens = Union[Tensor, Sequence[int]]
 
@@ -93,6 +93,51 @@ def valid_lens_to_mask(valid_lens: ValidLens, num_queries: int, num_keys: int) -
             )
     positions = torch.arange(num_keys, device=valid_lens.device)  # (K,)
     return positions < lens  # (B, 1 or Q, K)
+
+
+def causal_mask(
+    num_queries: int, num_keys: int, *, device: Optional[Union[torch.device, str]] = None
+) -> Tensor:
+    """The causal (look-ahead) mask, lower-right aligned: True where a query may attend.
+
+    Query ``i`` may attend to key ``j`` iff ``j <= i + (K - Q)``. For ``Q == K`` this is the
+    familiar lower triangle ``j <= i`` (``F.scaled_dot_product_attention(is_causal=True)``).
+    For ``Q < K`` the queries are the *last* ``Q`` positions of a sequence whose first
+    ``K - Q`` positions are already known (a KV cache), so every query sees the whole cache.
+    For ``Q > K`` the first ``Q - K`` queries see no key at all (their rows are all False;
+    :func:`masked_softmax` gives them zero weights). This is
+    ``torch.nn.attention.bias.causal_lower_right``.
+
+    Args:
+        num_queries: Q, the number of queries (rows), a non-negative integer.
+        num_keys: K, the number of keys (columns), a non-negative integer.
+        device: keyword-only; where to build the mask (default: the CPU).
+
+    Returns:
+        bool tensor of shape ``(Q, K)``; entry ``[i, j]`` is ``j <= i + (K - Q)``. It
+        broadcasts against scores of shape ``(B, ..., Q, K)``.
+
+    Raises:
+        ValueError: if ``num_queries`` or ``num_keys`` is not a non-negative integer.
+
+    Example:
+        >>> causal_mask(3, 3).int()
+        tensor([[1, 0, 0],
+                [1, 1, 0],
+                [1, 1, 1]], dtype=torch.int32)
+        >>> causal_mask(2, 4).int()  # two new queries after two cached positions
+        tensor([[1, 1, 1, 0],
+                [1, 1, 1, 1]], dtype=torch.int32)
+
+    Source: Vaswani et al. (2017), section 3.2.3 (masking out illegal connections in the
+    decoder); the lower-right alignment of ``torch.nn.attention.bias.causal_lower_right``.
+    """
+    for name, value in (("num_queries", num_queries), ("num_keys", num_keys)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    rows = torch.arange(num_queries, device=device)[:, None]  # (Q, 1)
+    cols = torch.arange(num_keys, device=device)  # (K,)
+    return cols <= rows + (num_keys - num_queries)  # (Q, K)
 
 
 def _softmax_into(X: Tensor) -> Tensor:

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Protocol, Tuple
 
+import torch
 from torch import Tensor, nn
 
 from .masking import ValidLens
+from .positional import rotary_embedding
 from .scoring import DotProductAttention, check_positive_ints, check_qkv
+
+
+class _KVCacheLike(Protocol):
+    """What ``MultiHeadAttention.forward`` needs of a cache (see ``d2lattn.KVCache``)."""
+
+    def __len__(self) -> int: ...
+
+    def update(self, keys: Tensor, values: Tensor) -> Tuple[Tensor, Tensor]: ...
 
 __all__ = ["MultiHeadAttention"]
 
@@ -32,6 +42,12 @@ class MultiHeadAttention(nn.Module):
         query_size: feature size of the queries (default ``num_hiddens``).
         key_size: feature size of the keys (default ``num_hiddens``).
         value_size: feature size of the values (default ``num_hiddens``).
+        rotary: keyword-only; if True, queries and keys are rotated by
+            :func:`d2lattn.positional.rotary_embedding` in every head after the projections
+            (RoPE), so that the scores see relative positions. Keys get positions
+            ``len(kv_cache) .. len(kv_cache) + K - 1`` (``0 .. K-1`` without a cache), and
+            queries the last ``Q`` of all the positions, the alignment of ``is_causal``. Meant
+            for self-attention. Needs an even head size.
 
     Parameters:
         W_q, W_k, W_v: ``nn.Linear(query_size|key_size|value_size, num_hiddens, bias)``.
@@ -42,19 +58,36 @@ class MultiHeadAttention(nn.Module):
         ``(B, K, value_size)``; ``valid_lens`` ``None``, ``(B,)`` or ``(B, Q)`` integers in
         ``[0, K]``, shared by all heads. Returns ``(B, Q, num_hiddens)``.
 
+    Keyword-only options (``forward``):
+        attn_mask: ``None`` or a bool mask, **True = may attend**: ``(Q, K)`` for every
+            sequence and head, ``(B, Q, K)`` per sequence (shared by the heads), or
+            ``(B, h, Q, K)`` (any of these axes may be 1). ``K`` counts the cached keys too.
+        is_causal: query ``i`` sees key ``j`` only if ``j <= i + (K - Q)`` (lower-right
+            aligned, so new queries after a cache see the whole cache).
+        kv_cache: ``None`` or a cache such as :class:`d2lattn.KVCache`. The projected keys and
+            values of this call, ``(B, h, K_new, d_h)``, are appended to it, and attention
+            runs over everything it holds. Then ``valid_lens`` and ``attn_mask`` refer to all
+            ``K`` keys.
+
+        ``valid_lens``, ``attn_mask`` and ``is_causal`` combine with AND.
+
     Attributes:
         attention_weights: ``(B, num_heads, Q, K)`` weights of the last call, per head,
             detached, before dropout.
 
     Raises:
-        ValueError: at construction if ``num_hiddens % num_heads != 0`` or a size is not a
-            positive integer; in ``forward`` on mismatched shapes or bad ``valid_lens``.
+        ValueError: at construction if ``num_hiddens % num_heads != 0``, a size is not a
+            positive integer, or ``rotary`` is set with an odd head size; in ``forward`` on
+            mismatched shapes, bad ``valid_lens`` or a bad ``attn_mask``.
 
     Example:
         >>> mha = MultiHeadAttention(num_hiddens=16, num_heads=4)
         >>> X = torch.ones(2, 5, 16)
         >>> mha(X, X, X).shape, mha.attention_weights.shape
         (torch.Size([2, 5, 16]), torch.Size([2, 4, 5, 5]))
+        >>> _ = mha(X, X, X, is_causal=True)
+        >>> mha.attention_weights[0, 0, 1]  # query 1 sees keys 0 and 1 only
+        tensor([0.5000, 0.5000, 0.0000, 0.0000, 0.0000])
 
     Source: Vaswani et al. (2017), section 3.2.2.
     """
@@ -69,6 +102,7 @@ class MultiHeadAttention(nn.Module):
         query_size: Optional[int] = None,
         key_size: Optional[int] = None,
         value_size: Optional[int] = None,
+        rotary: bool = False,
     ) -> None:
         super().__init__()
         check_positive_ints(num_hiddens=num_hiddens, num_heads=num_heads)
@@ -78,8 +112,14 @@ class MultiHeadAttention(nn.Module):
             )
         sizes = {"query_size": query_size, "key_size": key_size, "value_size": value_size}
         check_positive_ints(**{name: size for name, size in sizes.items() if size is not None})
+        if not isinstance(rotary, bool):
+            raise ValueError(f"rotary must be a bool, got {rotary!r}")
+        if rotary and (num_hiddens // num_heads) % 2 != 0:
+            raise ValueError("rotary=True needs an even head size num_hiddens // num_heads, "
+                             f"got {num_hiddens // num_heads}")
         self.num_hiddens = num_hiddens
         self.num_heads = num_heads
+        self.rotary = rotary
         self.W_q = nn.Linear(query_size or num_hiddens, num_hiddens, bias=bias)
         self.W_k = nn.Linear(key_size or num_hiddens, num_hiddens, bias=bias)
         self.W_v = nn.Linear(value_size or num_hiddens, num_hiddens, bias=bias)
@@ -109,16 +149,30 @@ class MultiHeadAttention(nn.Module):
         keys: Tensor,
         values: Tensor,
         valid_lens: Optional[ValidLens] = None,
+        *,
+        attn_mask: Optional[Tensor] = None,
+        is_causal: bool = False,
+        kv_cache: Optional[_KVCacheLike] = None,
     ) -> Tensor:
         check_qkv(queries, keys, values, same_size=False, query_size=self.W_q.in_features,
                   key_size=self.W_k.in_features, value_size=self.W_v.in_features)
         if queries.dim() != 3:
             raise ValueError(f"queries must have shape (B, Q, query_size), got {tuple(queries.shape)}")
+        if attn_mask is not None and isinstance(attn_mask, Tensor) and attn_mask.dim() == 3:
+            attn_mask = attn_mask.unsqueeze(1)  # (B, 1, Q, K): the same mask for every head
         # 1. project, then split the hidden axis into h contiguous blocks
         q = self.split_heads(self.W_q(queries))  # (B, h, Q, d_h)
-        k = self.split_heads(self.W_k(keys))  # (B, h, K, d_h)
-        v = self.split_heads(self.W_v(values))  # (B, h, K, d_h)
-        # 2. attend in every head at once; valid_lens broadcasts over the head axis
-        heads = self.attention(q, k, v, valid_lens)  # (B, h, Q, d_h)
+        k = self.split_heads(self.W_k(keys))  # (B, h, K_new, d_h)
+        v = self.split_heads(self.W_v(values))  # (B, h, K_new, d_h)
+        if self.rotary:  # positions: keys after the cached ones, queries the last Q of all
+            past = len(kv_cache) if kv_cache is not None else 0
+            total = past + k.shape[-2]
+            k = rotary_embedding(k, torch.arange(past, total, device=k.device))
+            q = rotary_embedding(q, torch.arange(total - q.shape[-2], total, device=q.device))
+        if kv_cache is not None:
+            k, v = kv_cache.update(k, v)  # (B, h, K, d_h): the cache plus the new keys
+        # 2. attend in every head at once; masks broadcast over the head axis
+        heads = self.attention(q, k, v, valid_lens, attn_mask=attn_mask,
+                               is_causal=is_causal)  # (B, h, Q, d_h)
         # 3. concatenate the heads and mix them
         return self.W_o(self.merge_heads(heads))  # (B, Q, num_hiddens)

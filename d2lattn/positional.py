@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+from typing import Optional
+
 import torch
 from torch import Tensor, nn
 
@@ -10,6 +13,8 @@ __all__ = [
     "PositionalEncoding",
     "sinusoidal_shift_matrix",
     "LearnedPositionalEmbedding",
+    "rotary_embedding",
+    "alibi_bias",
 ]
 
 
@@ -231,3 +236,114 @@ class LearnedPositionalEmbedding(nn.Module):
             raise ValueError(f"sequence length {T} exceeds max_len = {self.max_len}: "
                              "a learned table has no row for a later position")
         return self.dropout(X + self.embedding.weight[:T].to(X.dtype))  # (B, T, d)
+
+
+def rotary_embedding(
+    X: Tensor, positions: Optional[Tensor] = None, *, base: float = 10000.0
+) -> Tensor:
+    r"""Rotary position embedding (RoPE): rotate each feature pair by an angle set by the position.
+
+    Feature pair ``(2i, 2i+1)`` of the vector at position ``m`` is rotated by the angle
+    :math:`m\,\omega_i` with :math:`\omega_i = \mathrm{base}^{-2i/d}` (the frequencies of the
+    sinusoidal table):
+
+    .. math::
+        \begin{pmatrix} x'_{2i} \\ x'_{2i+1} \end{pmatrix} =
+        \begin{pmatrix} \cos m\omega_i & -\sin m\omega_i \\
+                        \sin m\omega_i & \cos m\omega_i \end{pmatrix}
+        \begin{pmatrix} x_{2i} \\ x_{2i+1} \end{pmatrix}.
+
+    Applied to queries at positions ``m`` and keys at positions ``n``, the dot product of a
+    rotated query and a rotated key is ``q^T R_{n-m} k``: it depends on the positions only
+    through the offset ``n - m``, because rotations compose (``R_m^T R_n = R_{n-m}``). Nothing
+    is added to the embeddings, and the norm of every vector is unchanged.
+
+    Args:
+        X: ``(..., T, d)`` float queries or keys (for example ``(B, h, T, d_h)``), ``d`` even.
+        positions: ``None`` (positions ``0 .. T-1``) or a ``(T,)`` integer or float tensor of
+            positions, one per row of ``X`` (for example ``offset + arange(T)`` after ``offset``
+            cached tokens).
+        base: keyword-only, the frequency base (10000 as in the paper), ``> 1``.
+
+    Returns:
+        a new tensor of the shape and dtype of ``X`` (``X`` is not modified).
+
+    Raises:
+        ValueError: ``X`` not floating point, with fewer than 2 axes or an odd last axis;
+            ``positions`` not of shape ``(T,)``; ``base <= 1``.
+
+    Example:
+        >>> q = torch.tensor([[1.0, 0.0], [1.0, 0.0]])  # the same vector at positions 0 and 1
+        >>> rotary_embedding(q)
+        tensor([[1.0000, 0.0000],
+                [0.5403, 0.8415]])
+
+    Source: Su et al. (2021), "RoFormer: Enhanced Transformer with Rotary Position
+    Embedding", equations (13)-(16) and (34); book chapter 8.
+    """
+    if not isinstance(X, Tensor) or not X.is_floating_point() or X.dim() < 2:
+        raise ValueError("X must be a floating-point tensor of shape (..., T, d)")
+    T, d = X.shape[-2], X.shape[-1]
+    if d % 2 != 0:
+        raise ValueError(f"X must have an even last axis d (feature pairs are rotated), got {d}")
+    if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 1:
+        raise ValueError(f"base must be a number > 1, got {base!r}")
+    if positions is None:
+        pos = torch.arange(T, dtype=torch.float64, device=X.device)  # (T,)
+    else:
+        if not isinstance(positions, Tensor) or tuple(positions.shape) != (T,):
+            raise ValueError(f"positions must be a tensor of shape (T,) = ({T},), got "
+                             + (str(tuple(positions.shape)) if isinstance(positions, Tensor)
+                                else type(positions).__name__))
+        pos = positions.to(device=X.device, dtype=torch.float64)
+    omega = torch.pow(float(base), -torch.arange(0, d, 2, dtype=torch.float64,
+                                                 device=X.device) / d)  # (d/2,)
+    angles = pos[:, None] * omega  # (T, d/2), in float64 so that large positions stay exact
+    cos, sin = torch.cos(angles).to(X.dtype), torch.sin(angles).to(X.dtype)  # (T, d/2)
+    x_even, x_odd = X[..., 0::2], X[..., 1::2]  # (..., T, d/2) each
+    out = torch.empty_like(X)
+    out[..., 0::2] = x_even * cos - x_odd * sin
+    out[..., 1::2] = x_even * sin + x_odd * cos
+    return out  # (..., T, d)
+
+
+def alibi_bias(num_heads: int, num_queries: int, num_keys: int) -> Tensor:
+    r"""ALiBi: a per-head linear penalty on the distance between a query and an earlier key.
+
+    Head ``h`` (of ``H``) adds :math:`-m_h\,(i + K - Q - j)` to the score of query ``i`` and
+    key ``j`` (the distance, with queries aligned to the last ``Q`` keys as in
+    :func:`d2lattn.masking.causal_mask`), with slopes :math:`m_h = 2^{-8h/H}`,
+    ``h = 1 .. H``. The bias is meant for causal attention: for keys after the query the
+    distance is negative and the value is meaningless (mask them).
+
+    Args:
+        num_heads: H, a positive integer.
+        num_queries: Q, a non-negative integer.
+        num_keys: K, a non-negative integer.
+
+    Returns:
+        float32 tensor of shape ``(H, Q, K)``, to be added to the scores (for example as a
+        float ``attn_mask`` of ``F.scaled_dot_product_attention`` together with a causal mask).
+
+    Raises:
+        ValueError: a size that is not an integer in range.
+
+    Example:
+        >>> alibi_bias(2, 3, 3)[0]
+        tensor([[ 0.0000,  0.0625,  0.1250],
+                [-0.0625,  0.0000,  0.0625],
+                [-0.1250, -0.0625,  0.0000]])
+
+    Source: Press, Smith and Lewis (2022), "Train Short, Test Long: Attention with Linear
+    Biases Enables Input Length Extrapolation", section 3.
+    """
+    if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
+        raise ValueError(f"num_heads must be a positive integer, got {num_heads!r}")
+    for name, value in (("num_queries", num_queries), ("num_keys", num_keys)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    slopes = torch.tensor([2.0 ** (-8.0 * h / num_heads) for h in range(1, num_heads + 1)])
+    i = torch.arange(num_queries)[:, None] + (num_keys - num_queries)  # (Q, 1) absolute
+    j = torch.arange(num_keys)[None, :]  # (1, K)
+    minus_distance = (j - i).to(torch.float32)  # (Q, K); j - i, not -(i - j), avoids -0.0
+    return slopes[:, None, None] * minus_distance  # (H, Q, K)

@@ -19,7 +19,7 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor, nn
 
-from .masking import ValidLens, masked_softmax
+from .masking import ValidLens, causal_mask, masked_softmax
 
 __all__ = [
     "DotProductAttention",
@@ -126,6 +126,57 @@ def _check_dropout(dropout: float) -> None:
         raise ValueError(f"dropout must lie in [0, 1), got {dropout!r}")
 
 
+def combine_masks(
+    attn_mask: Optional[Tensor],
+    is_causal: bool,
+    num_queries: int,
+    num_keys: int,
+    *,
+    device: Optional[torch.device] = None,
+) -> Optional[Tensor]:
+    """AND an optional boolean ``attn_mask`` with the causal mask; ``None`` if neither is set.
+
+    Args:
+        attn_mask: ``None`` or a bool tensor (True = may attend) whose last two axes
+            broadcast to ``(Q, K)``.
+        is_causal: whether to AND in :func:`d2lattn.masking.causal_mask` ``(Q, K)``.
+        num_queries: Q.
+        num_keys: K.
+        device: keyword-only; where the causal mask is built.
+
+    Returns:
+        ``None`` or a bool tensor broadcastable to ``(..., Q, K)``; the caller's
+        ``attn_mask`` is never modified.
+
+    Raises:
+        ValueError: ``attn_mask`` not a bool tensor with at least two axes that broadcast to
+            ``(Q, K)``; ``is_causal`` not a bool.
+
+    Example:
+        >>> combine_masks(torch.tensor([[True, False, True]]), True, 2, 3).int()
+        tensor([[1, 0, 0],
+                [1, 0, 1]], dtype=torch.int32)
+
+    Source: the AND rule of ``F.scaled_dot_product_attention`` masks; book chapter 8.
+    """
+    if not isinstance(is_causal, bool):
+        raise ValueError(f"is_causal must be a bool, got {is_causal!r}")
+    if attn_mask is not None:
+        if not isinstance(attn_mask, Tensor) or attn_mask.dtype != torch.bool:
+            raise ValueError("attn_mask must be a bool tensor (True = may attend), got "
+                             + (f"dtype {attn_mask.dtype}" if isinstance(attn_mask, Tensor)
+                                else type(attn_mask).__name__))
+        tail = tuple(attn_mask.shape[-2:])
+        if attn_mask.dim() < 2 or tail[0] not in (1, num_queries) or tail[1] not in (1, num_keys):
+            raise ValueError(
+                f"attn_mask must broadcast to (..., Q, K) = (..., {num_queries}, {num_keys}), "
+                f"got shape {tuple(attn_mask.shape)}")
+    if not is_causal:
+        return attn_mask
+    causal = causal_mask(num_queries, num_keys, device=device)  # (Q, K)
+    return causal if attn_mask is None else attn_mask.to(causal.device) & causal
+
+
 class DotProductAttention(nn.Module):
     r"""Scaled dot-product attention.
 
@@ -140,19 +191,38 @@ class DotProductAttention(nn.Module):
         float of one dtype; ``valid_lens`` ``None``, ``(B,)`` or ``(B, Q)`` integers in
         ``[0, K]``. Returns ``(B, ..., Q, v)``. Extra middle axes (heads) are allowed.
 
+    Masks (``forward``, keyword-only):
+        attn_mask: ``None`` or a bool tensor broadcastable to the scores ``(B, ..., Q, K)``,
+            **True = may attend** (as in ``F.scaled_dot_product_attention``); for example
+            ``(Q, K)``, ``(B, 1, K)`` or ``(B, h, Q, K)``.
+        is_causal: if True, query ``i`` may attend to key ``j`` only if ``j <= i + (K - Q)``
+            (:func:`d2lattn.masking.causal_mask`, lower-right aligned: with ``Q < K`` the
+            queries are the last ``Q`` positions and see every earlier key, as when decoding
+            with a KV cache).
+
+        ``valid_lens``, ``attn_mask`` and ``is_causal`` combine with AND: a key gets weight
+        only if every one of them allows it. A query left with no key gets all-zero weights.
+
     Attributes:
         attention_weights: the weights of the last call, ``(B, ..., Q, K)``, detached, taken
             before dropout (what the model attends to, not the random mask of one step).
 
     Raises:
-        ValueError: from ``forward`` on mismatched shapes or bad ``valid_lens`` (see
-            :func:`d2lattn.masked_softmax`); from the constructor if ``dropout`` is outside
-            ``[0, 1)``.
+        ValueError: from ``forward`` on mismatched shapes, bad ``valid_lens`` (see
+            :func:`d2lattn.masked_softmax`), an ``attn_mask`` that is not bool or does not
+            broadcast to ``(B, ..., Q, K)``, or a non-bool ``is_causal``; from the
+            constructor if ``dropout`` is outside ``[0, 1)``.
 
     Example:
         >>> attn = DotProductAttention()
         >>> attn(torch.ones(2, 1, 4), torch.ones(2, 10, 4), torch.ones(2, 10, 3)).shape
         torch.Size([2, 1, 3])
+        >>> X = torch.ones(1, 3, 4)
+        >>> _ = attn(X, X, X, is_causal=True)
+        >>> attn.attention_weights[0]
+        tensor([[1.0000, 0.0000, 0.0000],
+                [0.5000, 0.5000, 0.0000],
+                [0.3333, 0.3333, 0.3333]])
 
     Source: Vaswani et al. (2017), "Attention Is All You Need", equation (1).
     """
@@ -171,14 +241,19 @@ class DotProductAttention(nn.Module):
         keys: Tensor,
         values: Tensor,
         valid_lens: Optional[ValidLens] = None,
+        *,
+        attn_mask: Optional[Tensor] = None,
+        is_causal: bool = False,
     ) -> Tensor:
         check_qkv(queries, keys, values, same_size=True)
         d = queries.shape[-1]
+        mask = combine_masks(attn_mask, is_causal, queries.shape[-2], keys.shape[-2],
+                             device=queries.device)  # None or bool, broadcastable
         # 1. score; scaling the queries (Q*d numbers) instead of the scores (Q*K) gives the
         #    same result with fewer multiplications whenever d < K.
         scores = (queries * (1.0 / math.sqrt(d))) @ keys.transpose(-2, -1)  # (B, ..., Q, K)
         # 2. normalize; `scores` is ours alone, so masking may overwrite it in place
-        weights = masked_softmax(scores, valid_lens, inplace=True)  # (B, ..., Q, K)
+        weights = masked_softmax(scores, valid_lens, mask, inplace=True)  # (B, ..., Q, K)
         self.attention_weights = weights.detach()
         # 3. pool
         return self.dropout(weights) @ values  # (B, ..., Q, v)

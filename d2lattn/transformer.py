@@ -1,3 +1,426 @@
-"""Placeholder: being written (see the open issue for this chapter)."""
+"""The Transformer's encoder and decoder blocks, built from d2lattn's attention, and a KV cache.
 
-__all__: list[str] = []
+Each block is multi-head attention and a position-wise feed-forward network, each wrapped in a
+residual connection and a LayerNorm (Vaswani et al., 2017, section 3.1)::
+
+    post-norm (norm_first=False, the paper):   X = norm(X + sublayer(X))
+    pre-norm  (norm_first=True,  GPT-2 on):    X = X + sublayer(norm(X))
+
+``from_torch`` copies the weights of ``torch.nn.TransformerEncoderLayer`` /
+``TransformerDecoderLayer`` (``batch_first=True``, ReLU), and the copy gives the same outputs:
+the tests compare them in float64.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .masking import ValidLens
+from .multihead import MultiHeadAttention
+from .scoring import _check_dropout, check_positive_ints
+
+__all__ = ["KVCache", "PositionWiseFFN", "TransformerDecoderBlock", "TransformerEncoderBlock"]
+
+
+class KVCache:
+    """The projected keys and values of the positions decoded so far, for one attention layer.
+
+    Decoding one token at a time, a causal self-attention layer needs the keys and values of
+    every earlier position. They do not change once computed (a position only attends to its
+    past), so we keep them instead of recomputing them at every step.
+
+    Attributes:
+        keys: ``None`` before the first update, then ``(B, h, T, d_h)``.
+        values: ``None`` before the first update, then ``(B, h, T, v_h)``.
+
+    Example:
+        >>> cache = KVCache()
+        >>> k, v = cache.update(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))
+        >>> k, v = cache.update(torch.zeros(1, 2, 1, 4), torch.zeros(1, 2, 1, 4))
+        >>> len(cache), k.shape, cache.nbytes
+        (4, torch.Size([1, 2, 4, 4]), 256)
+
+    Source: the incremental decoding of autoregressive Transformers; Pope et al. (2023),
+    "Efficiently Scaling Transformer Inference", section 2; book chapter 8.
+    """
+
+    def __init__(self) -> None:
+        self.keys: Optional[Tensor] = None
+        self.values: Optional[Tensor] = None
+
+    def __len__(self) -> int:
+        """T, the number of cached positions."""
+        return 0 if self.keys is None else self.keys.shape[-2]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the cached keys and values."""
+        if self.keys is None or self.values is None:
+            return 0
+        return (self.keys.numel() * self.keys.element_size()
+                + self.values.numel() * self.values.element_size())
+
+    def update(self, keys: Tensor, values: Tensor) -> Tuple[Tensor, Tensor]:
+        """Append new keys and values and return everything cached.
+
+        Args:
+            keys: ``(B, h, T_new, d_h)`` float, the projected keys of the new positions.
+            values: ``(B, h, T_new, v_h)`` float.
+
+        Returns:
+            ``(keys, values)`` of shapes ``(B, h, T + T_new, d_h)`` and ``(B, h, T + T_new, v_h)``.
+
+        Raises:
+            ValueError: if the shapes do not match each other or the cache.
+        """
+        for name, t in (("keys", keys), ("values", values)):
+            if not isinstance(t, Tensor) or t.dim() != 4:
+                raise ValueError(f"{name} must be a tensor of shape (B, h, T_new, size)")
+        if keys.shape[:3] != values.shape[:3]:
+            raise ValueError(f"keys {tuple(keys.shape)} and values {tuple(values.shape)} must "
+                             "share (B, h, T_new)")
+        if self.keys is None or self.values is None:
+            self.keys, self.values = keys, values
+        else:
+            if keys.shape[:2] != self.keys.shape[:2] or keys.shape[3] != self.keys.shape[3] \
+                    or values.shape[3] != self.values.shape[3]:
+                raise ValueError(f"new keys {tuple(keys.shape)} do not fit the cached keys "
+                                 f"{tuple(self.keys.shape)} (B, h and sizes must agree)")
+            self.keys = torch.cat([self.keys, keys], dim=-2)  # (B, h, T + T_new, d_h)
+            self.values = torch.cat([self.values, values], dim=-2)  # (B, h, T + T_new, v_h)
+        return self.keys, self.values
+
+    def __repr__(self) -> str:
+        return f"KVCache(length={len(self)}, nbytes={self.nbytes})"
+
+
+class PositionWiseFFN(nn.Module):
+    r"""The position-wise feed-forward network: the same two-layer MLP at every position.
+
+    .. math:: \mathrm{FFN}(\mathbf x) = W_2\, \mathrm{dropout}(\mathrm{ReLU}(W_1 \mathbf x + b_1)) + b_2
+
+    Args:
+        num_hiddens: input and output size.
+        ffn_num_hiddens: hidden size (4 * num_hiddens in the paper).
+        dropout: dropout after the ReLU, in ``[0, 1)``.
+
+    Shapes (``forward``): X ``(B, T, num_hiddens)`` -> ``(B, T, num_hiddens)``.
+
+    Raises:
+        ValueError: a size that is not a positive integer or a dropout outside ``[0, 1)``.
+
+    Example:
+        >>> PositionWiseFFN(8, 32)(torch.ones(2, 3, 8)).shape
+        torch.Size([2, 3, 8])
+
+    Source: Vaswani et al. (2017), section 3.3, equation (2).
+    """
+
+    def __init__(self, num_hiddens: int, ffn_num_hiddens: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        check_positive_ints(num_hiddens=num_hiddens, ffn_num_hiddens=ffn_num_hiddens)
+        _check_dropout(dropout)
+        self.dense1 = nn.Linear(num_hiddens, ffn_num_hiddens)
+        self.dropout = nn.Dropout(dropout)
+        self.dense2 = nn.Linear(ffn_num_hiddens, num_hiddens)
+
+    def forward(self, X: Tensor) -> Tensor:
+        return self.dense2(self.dropout(F.relu(self.dense1(X))))  # (B, T, num_hiddens)
+
+
+def _check_block_args(num_hiddens: int, num_heads: int, ffn_num_hiddens: int, dropout: float,
+                      norm_first: bool) -> None:
+    check_positive_ints(num_hiddens=num_hiddens, num_heads=num_heads,
+                        ffn_num_hiddens=ffn_num_hiddens)
+    _check_dropout(dropout)
+    if not isinstance(norm_first, bool):
+        raise ValueError(f"norm_first must be a bool, got {norm_first!r}")
+
+
+def _check_X(X: Tensor, num_hiddens: int, name: str = "X") -> None:
+    if not isinstance(X, Tensor) or not X.is_floating_point() or X.dim() != 3 \
+            or X.shape[-1] != num_hiddens:
+        got = tuple(X.shape) if isinstance(X, Tensor) else type(X).__name__
+        raise ValueError(f"{name} must be a float tensor of shape (B, T, num_hiddens = "
+                         f"{num_hiddens}), got {got}")
+
+
+def _copy_mha(ours: MultiHeadAttention, ref: nn.MultiheadAttention) -> None:
+    """Copy nn.MultiheadAttention's packed in-projection and out-projection into ours."""
+    W_q, W_k, W_v = ref.in_proj_weight.chunk(3)
+    b_q, b_k, b_v = ref.in_proj_bias.chunk(3)
+    for lin, W, b in ((ours.W_q, W_q, b_q), (ours.W_k, W_k, b_k), (ours.W_v, W_v, b_v),
+                      (ours.W_o, ref.out_proj.weight, ref.out_proj.bias)):
+        lin.weight.copy_(W)
+        lin.bias.copy_(b)
+
+
+def _check_torch_layer(layer: nn.Module, cls: type) -> None:
+    if not isinstance(layer, cls):
+        raise ValueError(f"layer must be a torch.nn.{cls.__name__}, got {type(layer).__name__}")
+    attn = layer.self_attn
+    if not attn.batch_first:
+        raise ValueError("layer must be built with batch_first=True")
+    if getattr(layer, "activation_relu_or_gelu", 1) != 1 and layer.activation is not F.relu:
+        raise ValueError("layer must use the ReLU activation")
+    if attn.in_proj_weight is None or attn.in_proj_bias is None or layer.linear1.bias is None \
+            or layer.norm1.bias is None or attn.bias_k is not None:
+        raise ValueError("layer must have biases, equal q/k/v sizes and no add_bias_kv")
+
+
+class TransformerEncoderBlock(nn.Module):
+    r"""A Transformer encoder block: self-attention and a feed-forward network, each with a
+    residual connection and LayerNorm.
+
+    .. math::
+        \text{post-norm:}\quad & Y = \mathrm{LN}_1(X + \mathrm{MHA}(X, X, X)), \quad
+            Z = \mathrm{LN}_2(Y + \mathrm{FFN}(Y)) \\
+        \text{pre-norm:}\quad & Y = X + \mathrm{MHA}(\mathrm{LN}_1 X), \quad
+            Z = Y + \mathrm{FFN}(\mathrm{LN}_2 Y)
+
+    Args:
+        num_hiddens: d, the model size (input and output).
+        num_heads: h; must divide ``num_hiddens``.
+        ffn_num_hiddens: hidden size of the feed-forward network.
+        dropout: dropout on the attention weights, after the ReLU and on each sublayer's
+            output before it is added to the residual (where ``nn.TransformerEncoderLayer``
+            puts it), in ``[0, 1)``.
+        norm_first: keyword-only; False for post-norm (the paper), True for pre-norm.
+        layer_norm_eps: keyword-only; the LayerNorms' epsilon.
+        rotary: keyword-only; rotary position embedding in the self-attention (see
+            :class:`~d2lattn.MultiHeadAttention`).
+
+    Submodules:
+        self_attention: ``MultiHeadAttention(num_hiddens, num_heads, dropout, bias=True)``.
+        norm1, norm2: ``nn.LayerNorm(num_hiddens)``.
+        ffn: :class:`PositionWiseFFN`.
+
+    Shapes (``forward``):
+        X ``(B, T, num_hiddens)`` float; ``valid_lens`` ``None``, ``(B,)`` or ``(B, T)``
+        integers (padding keys get no weight). Keyword-only: ``attn_mask`` (bool, True = may
+        attend, as in :class:`~d2lattn.MultiHeadAttention`), ``is_causal`` (True makes the
+        block a GPT-style decoder block) and ``kv_cache`` (a :class:`KVCache`, for decoding
+        with ``is_causal=True`` one step at a time). Returns ``(B, T, num_hiddens)``.
+
+    Raises:
+        ValueError: bad constructor arguments; in ``forward``, ``X`` not
+            ``(B, T, num_hiddens)`` float, or bad masks.
+
+    Example:
+        >>> block = TransformerEncoderBlock(num_hiddens=16, num_heads=4, ffn_num_hiddens=32)
+        >>> block(torch.ones(2, 5, 16), torch.tensor([3, 5])).shape
+        torch.Size([2, 5, 16])
+
+    Source: Vaswani et al. (2017), section 3.1 and figure 1; pre-norm: Xiong et al. (2020),
+    "On Layer Normalization in the Transformer Architecture", figure 1.
+    """
+
+    def __init__(self, num_hiddens: int, num_heads: int, ffn_num_hiddens: int,
+                 dropout: float = 0.0, *, norm_first: bool = False,
+                 layer_norm_eps: float = 1e-5, rotary: bool = False) -> None:
+        super().__init__()
+        _check_block_args(num_hiddens, num_heads, ffn_num_hiddens, dropout, norm_first)
+        self.num_hiddens = num_hiddens
+        self.norm_first = norm_first
+        self.self_attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=True,
+                                                 rotary=rotary)
+        self.norm1 = nn.LayerNorm(num_hiddens, eps=layer_norm_eps)
+        self.ffn = PositionWiseFFN(num_hiddens, ffn_num_hiddens, dropout)
+        self.norm2 = nn.LayerNorm(num_hiddens, eps=layer_norm_eps)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+
+    def forward(self, X: Tensor, valid_lens: Optional[ValidLens] = None, *,
+                attn_mask: Optional[Tensor] = None, is_causal: bool = False,
+                kv_cache: Optional[KVCache] = None) -> Tensor:
+        _check_X(X, self.num_hiddens)
+
+        def attend(Z: Tensor) -> Tensor:
+            out = self.self_attention(Z, Z, Z, valid_lens, attn_mask=attn_mask,
+                                      is_causal=is_causal, kv_cache=kv_cache)
+            return self.dropout1(out)  # (B, T, d)
+
+        def feed_forward(Z: Tensor) -> Tensor:
+            return self.dropout2(self.ffn(Z))  # (B, T, d)
+
+        if self.norm_first:
+            X = X + attend(self.norm1(X))  # 1. self-attention, 2. add
+            return X + feed_forward(self.norm2(X))  # 3. feed-forward, 4. add
+        X = self.norm1(X + attend(X))  # 1. self-attention, 2. add & norm
+        return self.norm2(X + feed_forward(X))  # 3. feed-forward, 4. add & norm
+
+    @classmethod
+    def from_torch(cls, layer: nn.TransformerEncoderLayer) -> "TransformerEncoderBlock":
+        """A block with the weights, sizes, dtype and device of a PyTorch encoder layer.
+
+        Args:
+            layer: ``nn.TransformerEncoderLayer`` built with ``batch_first=True``, ReLU and
+                biases (PyTorch's defaults except ``batch_first``).
+
+        Returns:
+            a :class:`TransformerEncoderBlock` in the same train/eval mode whose outputs equal
+            the layer's (``valid_lens`` for ``src_key_padding_mask``, ``is_causal=True`` for a
+            causal ``src_mask``).
+
+        Raises:
+            ValueError: if ``layer`` is not such a layer.
+
+        Example:
+            >>> ref = torch.nn.TransformerEncoderLayer(8, 2, 16, 0.0, batch_first=True)
+            >>> TransformerEncoderBlock.from_torch(ref).ffn.dense1.weight.shape
+            torch.Size([16, 8])
+
+        Source: the parameter layout of ``torch.nn.TransformerEncoderLayer``.
+        """
+        _check_torch_layer(layer, nn.TransformerEncoderLayer)
+        ref = layer.self_attn
+        block = cls(ref.embed_dim, ref.num_heads, layer.linear1.out_features, layer.dropout.p,
+                    norm_first=layer.norm_first, layer_norm_eps=layer.norm1.eps)
+        block.to(device=ref.in_proj_weight.device, dtype=ref.in_proj_weight.dtype)
+        with torch.no_grad():
+            _copy_mha(block.self_attention, ref)
+            _copy_ffn_and_norms(block, layer, 2)
+        return block.train(layer.training)
+
+
+def _copy_ffn_and_norms(block: nn.Module, layer: nn.Module, num_norms: int) -> None:
+    block.ffn.dense1.load_state_dict(layer.linear1.state_dict())
+    block.ffn.dense2.load_state_dict(layer.linear2.state_dict())
+    for i in range(1, num_norms + 1):
+        getattr(block, f"norm{i}").load_state_dict(getattr(layer, f"norm{i}").state_dict())
+
+
+class TransformerDecoderBlock(nn.Module):
+    r"""A Transformer decoder block: masked self-attention, cross-attention to the encoder's
+    output, and a feed-forward network, each with a residual connection and LayerNorm.
+
+    .. math::
+        \text{post-norm:}\quad & Y = \mathrm{LN}_1(X + \mathrm{MHA}_{\text{causal}}(X, X, X)),
+            \quad Z = \mathrm{LN}_2(Y + \mathrm{MHA}(Y, M, M)), \quad
+            O = \mathrm{LN}_3(Z + \mathrm{FFN}(Z)) \\
+        \text{pre-norm:}\quad & Y = X + \mathrm{MHA}_{\text{causal}}(\mathrm{LN}_1 X), \quad
+            Z = Y + \mathrm{MHA}(\mathrm{LN}_2 Y, M, M), \quad O = Z + \mathrm{FFN}(\mathrm{LN}_3 Z)
+
+    where :math:`M` is the encoder's output (the *memory*).
+
+    Args:
+        num_hiddens: d, the model size; the memory has this size too.
+        num_heads: h; must divide ``num_hiddens``.
+        ffn_num_hiddens: hidden size of the feed-forward network.
+        dropout: as in :class:`TransformerEncoderBlock`, in ``[0, 1)``.
+        norm_first: keyword-only; False for post-norm, True for pre-norm.
+        layer_norm_eps: keyword-only; the LayerNorms' epsilon.
+        rotary: keyword-only; rotary position embedding in the self-attention only.
+
+    Submodules:
+        self_attention, cross_attention: ``MultiHeadAttention(num_hiddens, num_heads,
+        dropout, bias=True)``; norm1, norm2, norm3: ``nn.LayerNorm``; ffn: :class:`PositionWiseFFN`.
+
+    Shapes (``forward``):
+        X ``(B, T, num_hiddens)`` float, the decoder's inputs (shifted targets); memory
+        ``(B, S, num_hiddens)``; ``memory_valid_lens`` ``None`` or ``(B,)`` integers in
+        ``[0, S]`` (padding of the source). Keyword-only: ``is_causal`` (default True: position
+        ``t`` sees positions ``<= t`` only) and ``kv_cache`` (a :class:`KVCache` for the
+        self-attention; then ``X`` holds only the new positions). Returns
+        ``(B, T, num_hiddens)``.
+
+    Attributes:
+        The attention weights of the last call are ``self_attention.attention_weights`` and
+        ``cross_attention.attention_weights``, ``(B, h, T, T)`` and ``(B, h, T, S)``.
+
+    Raises:
+        ValueError: bad constructor arguments; in ``forward``, inputs not
+            ``(B, T, num_hiddens)`` float or a bad ``memory_valid_lens``.
+
+    Example:
+        >>> block = TransformerDecoderBlock(num_hiddens=16, num_heads=4, ffn_num_hiddens=32)
+        >>> memory = torch.ones(2, 7, 16)
+        >>> block(torch.ones(2, 5, 16), memory, torch.tensor([7, 4])).shape
+        torch.Size([2, 5, 16])
+        >>> block.cross_attention.attention_weights.shape
+        torch.Size([2, 4, 5, 7])
+
+    Source: Vaswani et al. (2017), section 3.1 and figure 1 (decoder); section 3.2.3 (masking).
+    """
+
+    def __init__(self, num_hiddens: int, num_heads: int, ffn_num_hiddens: int,
+                 dropout: float = 0.0, *, norm_first: bool = False,
+                 layer_norm_eps: float = 1e-5, rotary: bool = False) -> None:
+        super().__init__()
+        _check_block_args(num_hiddens, num_heads, ffn_num_hiddens, dropout, norm_first)
+        self.num_hiddens = num_hiddens
+        self.norm_first = norm_first
+        self.self_attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=True,
+                                                 rotary=rotary)
+        self.norm1 = nn.LayerNorm(num_hiddens, eps=layer_norm_eps)
+        self.cross_attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=True)
+        self.norm2 = nn.LayerNorm(num_hiddens, eps=layer_norm_eps)
+        self.ffn = PositionWiseFFN(num_hiddens, ffn_num_hiddens, dropout)
+        self.norm3 = nn.LayerNorm(num_hiddens, eps=layer_norm_eps)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+        self.dropout3 = nn.Dropout(dropout)
+
+    def forward(self, X: Tensor, memory: Tensor, memory_valid_lens: Optional[ValidLens] = None,
+                *, is_causal: bool = True, kv_cache: Optional[KVCache] = None) -> Tensor:
+        _check_X(X, self.num_hiddens)
+        _check_X(memory, self.num_hiddens, "memory")
+        if memory.shape[0] != X.shape[0]:
+            raise ValueError(f"memory must have the batch size of X ({X.shape[0]}), "
+                             f"got {memory.shape[0]}")
+
+        def self_attend(Z: Tensor) -> Tensor:
+            return self.dropout1(self.self_attention(Z, Z, Z, is_causal=is_causal,
+                                                     kv_cache=kv_cache))
+
+        def cross_attend(Z: Tensor) -> Tensor:
+            return self.dropout2(self.cross_attention(Z, memory, memory, memory_valid_lens))
+
+        def feed_forward(Z: Tensor) -> Tensor:
+            return self.dropout3(self.ffn(Z))
+
+        if self.norm_first:
+            X = X + self_attend(self.norm1(X))  # 1. masked self-attention
+            X = X + cross_attend(self.norm2(X))  # 2. attend to the encoder's output
+            return X + feed_forward(self.norm3(X))  # 3. feed-forward
+        X = self.norm1(X + self_attend(X))
+        X = self.norm2(X + cross_attend(X))
+        return self.norm3(X + feed_forward(X))
+
+    @classmethod
+    def from_torch(cls, layer: nn.TransformerDecoderLayer) -> "TransformerDecoderBlock":
+        """A block with the weights, sizes, dtype and device of a PyTorch decoder layer.
+
+        Args:
+            layer: ``nn.TransformerDecoderLayer`` built with ``batch_first=True``, ReLU and
+                biases.
+
+        Returns:
+            a :class:`TransformerDecoderBlock` in the same train/eval mode whose outputs equal
+            the layer's (``is_causal=True`` for a causal ``tgt_mask``, ``memory_valid_lens``
+            for ``memory_key_padding_mask``).
+
+        Raises:
+            ValueError: if ``layer`` is not such a layer.
+
+        Example:
+            >>> ref = torch.nn.TransformerDecoderLayer(8, 2, 16, 0.0, batch_first=True)
+            >>> TransformerDecoderBlock.from_torch(ref).norm3.weight.shape
+            torch.Size([8])
+
+        Source: the parameter layout of ``torch.nn.TransformerDecoderLayer``.
+        """
+        _check_torch_layer(layer, nn.TransformerDecoderLayer)
+        ref = layer.self_attn
+        block = cls(ref.embed_dim, ref.num_heads, layer.linear1.out_features, layer.dropout.p,
+                    norm_first=layer.norm_first, layer_norm_eps=layer.norm1.eps)
+        block.to(device=ref.in_proj_weight.device, dtype=ref.in_proj_weight.dtype)
+        with torch.no_grad():
+            _copy_mha(block.self_attention, ref)
+            _copy_mha(block.cross_attention, layer.multihead_attn)
+            _copy_ffn_and_norms(block, layer, 3)
+        return block.train(layer.training)
