@@ -1,6 +1,7 @@
 """Speed and memory of d2lattn.flash_attention against PyTorch, on the CPU in float32.
 
     python benchmarks/bench_flash.py [--rounds 7] [--threads 2] [--block-size 256] [--sweep]
+    OMP_WAIT_POLICY=PASSIVE python benchmarks/bench_flash.py   # on a shared, loaded machine
 
 Shapes: B = 1, h = 8 heads, d = 64, self-attention of length T. Reported (goals in brackets):
 
@@ -24,17 +25,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
+import os
 import statistics
 import subprocess
 import sys
 import time
 from typing import Callable, Dict, List
 
-import torch
-import torch.nn.functional as F
+# On a machine shared with other work, run with OMP_WAIT_POLICY=PASSIVE in the environment: by
+# default idle OpenMP threads spin, and when a core is taken by another process every one of the
+# thousands of small parallel regions of a Python-level loop waits for a descheduled thread
+# (flash_attention measured 25x slower that way, one fused kernel barely notices). Passive
+# waiting costs a little on a quiet machine, so it is not the default here.
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
-from d2lattn import DotProductAttention, flash_attention
+from d2lattn import DotProductAttention, flash_attention  # noqa: E402
 
 B, H, D = 1, 8, 64
 MiB = 2 ** 20
@@ -58,8 +64,27 @@ def interleaved_medians(fns: Dict[str, Callable[[], object]], rounds: int) -> Di
     return {name: statistics.median(s) for name, s in samples.items()}
 
 
+def _status_bytes(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024  # reported in kB
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def reset_peak_rss() -> int:
+    """Reset the peak resident set size (VmHWM) to the current one; return the current one.
+
+    ``ru_maxrss`` cannot be reset and a child process started by ``subprocess`` inherits its
+    parent's, so we use Linux's ``/proc/self/clear_refs`` (value 5 resets VmHWM) instead.
+    """
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    return _status_bytes("VmRSS")
+
+
 def peak_rss_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+    return _status_bytes("VmHWM")
 
 
 def measure_memory(name: str, T: int, block_size: int) -> int:
@@ -73,7 +98,7 @@ def measure_memory(name: str, T: int, block_size: int) -> int:
     small = tuple(t[..., :64, :] for t in (q, k, v))  # load the kernels on a tiny problem
     flash_attention(*small), F.scaled_dot_product_attention(*small), DotProductAttention()(*small)
     with torch.no_grad():
-        before = peak_rss_bytes()
+        before = reset_peak_rss()
         out = calls[name]()
         after = peak_rss_bytes()
     del out
@@ -105,7 +130,8 @@ def main() -> int:
         return 0
 
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, float32 CPU, "
-          f"B={B}, h={H}, d={D}, block_size={bs}, median of {args.rounds} interleaved rounds")
+          f"B={B}, h={H}, d={D}, block_size={bs}, median of {args.rounds} interleaved rounds, "
+          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}")
     ok = True
     attn = DotProductAttention()
     ratios = {}
