@@ -1,4 +1,4 @@
-"""Draw the book's four diagrams as SVG files next to this script.
+"""Draw the book's five diagrams as SVG files next to this script.
 
 Run from anywhere:  python book/figures/make_diagrams.py
 
@@ -8,6 +8,8 @@ Outputs (committed, referenced by the chapters with ``{figure}`` directives):
 - ``masking.svg``             a padded batch (valid lengths 2 and 3), masked scores, masked softmax;
 - ``multihead.svg``           h heads of projections + scaled dot-product attention, concat, W_o;
 - ``positional_encoding.svg`` token embeddings + sinusoidal position table -> self-attention;
+- ``transformer_block.svg``   encoder and decoder blocks (residuals, add & norm, memory, x N),
+                              with post-norm vs pre-norm for one sublayer;
 - ``../assets/root/favicon.ico`` the site's icon (the SVG icon beside it is hand-written).
 
 The output is deterministic (fixed SVG hash salt, no date, text drawn as paths), so re-running
@@ -355,6 +357,109 @@ def positional_encoding() -> None:
     save(fig, "positional_encoding.svg")
 
 
+# --------------------------------------------------------------------------------------------
+def _residual(ax, cx, y_branch, x_side, y_target, box_edge):
+    """A residual connection: branch at (cx, y_branch), run beside the sublayer, enter the add."""
+    ax.plot([cx], [y_branch], "o", color=INK, ms=5, zorder=3)
+    ax.plot([cx, x_side, x_side], [y_branch, y_branch, y_target], color=INK, lw=1.5, zorder=1)
+    arrow(ax, (x_side, y_target), (box_edge, y_target), shrink=0.5)
+
+
+def _block_stack(ax, cx, w, sublayers, y0, x_side):
+    """Sublayers bottom to top, each followed by 'add & norm' with a residual around both."""
+    ah, nh, gap = 5.0, 3.5, 2.5  # sublayer height, add & norm height, arrow gap
+    y = y0
+    for label, colour in sublayers:
+        y_branch = y - 1.75
+        ax.plot([cx, cx], [y - 3.5, y_branch], color=INK, lw=1.5, zorder=1)
+        arrow(ax, (cx, y_branch), (cx, y), shrink=0.5)
+        box(ax, cx - w / 2, y, w, ah, label, colour, size=12)
+        arrow(ax, (cx, y + ah), (cx, y + ah + gap), shrink=0.5)
+        y_norm = y + ah + gap
+        box(ax, cx - w / 2, y_norm, w, nh, "add & norm", YELLOW, size=12)
+        _residual(ax, cx, y_branch, x_side, y_norm + nh / 2, cx + w / 2)
+        y = y_norm + nh + 3.5
+    return y - 3.5  # top of the last add & norm
+
+
+def transformer_block() -> None:
+    """Encoder and decoder blocks side by side (post-norm, as in the paper); norm placements."""
+    fig, ax = canvas(10.0, 7.2, 100, 72)
+    w = 19.0
+    ex, dx = 17.0, 52.0  # column centres
+    attn_colour, ffn_colour = ORANGE, SKY
+
+    for cx, x_left, x_right, title, tokens, nlabel_x in (
+            (ex, 4.5, 30.5, "Encoder block", "source tokens", 2.2),
+            (dx, 39.5, 65.5, "Decoder block", "target tokens\n(shifted right)", 68.2)):
+        ax.add_patch(FancyBboxPatch((x_left, 14), x_right - x_left, 44.5 if cx == dx else 30,
+                                    boxstyle="round,pad=0.2,rounding_size=1.0",
+                                    facecolor="#f5f5f5", edgecolor=GREY, linewidth=1.2, zorder=0))
+        ax.text(nlabel_x, 14 + (44.5 if cx == dx else 30) / 2, "× N", ha="center",
+                va="center", fontsize=BASE_FONT, fontweight="bold")
+        ax.text(cx, 69.5, title, ha="center", va="center", fontsize=BASE_FONT + 1,
+                fontweight="bold")
+        box(ax, cx - w / 2, 5, w, 5, "embedding\n+ positions", GREY, size=12)
+        ax.text(cx, 3.8, tokens, ha="center", va="top", fontsize=11)
+        arrow(ax, (cx, 10), (cx, 13.75), shrink=0.5)
+
+    # encoder: self-attention, feed-forward; residuals on the right of the column
+    top = _block_stack(ax, ex, w, [("multi-head\nself-attention", attn_colour),
+                                   ("position-wise\nfeed-forward", ffn_colour)], 17.0, 28.8)
+    # decoder: masked self-attention, cross-attention, feed-forward
+    dtop = _block_stack(ax, dx, w, [("masked multi-head\nself-attention", attn_colour),
+                                    ("cross-attention", attn_colour),
+                                    ("position-wise\nfeed-forward", ffn_colour)], 17.0, 63.8)
+    ax.text(dx + w / 2 + 2.2, 21.0, "residual", ha="left", va="center", fontsize=11,
+            rotation=90)
+    # the encoder's output is the memory: keys and values of every decoder's cross-attention
+    ax.plot([ex, ex, 37.0, 37.0], [top, 48.5, 48.5, 34.0], color=BLUE, lw=2.0, zorder=1)
+    arrow(ax, (37.0, 34.0), (dx - w / 2, 34.0), BLUE, lw=2.0, shrink=0.5)
+    ax.text((ex + 37.0) / 2, 49.2, "memory (encoder output)", ha="center", va="bottom",
+            fontsize=11, color=INK)
+    ax.text(36.2, 40.5, "keys,\nvalues", ha="right", va="center", fontsize=11)
+    ax.text(dx - 0.8, 30.0, "queries", ha="right", va="center", fontsize=11)
+    arrow(ax, (dx, dtop), (dx, 62.5), shrink=0.5)
+    ax.text(dx, 63.0, "decoder output (→ linear, softmax)", ha="center", va="bottom",
+            fontsize=11)
+
+    # one sublayer, two placements of the LayerNorm
+    ax.add_patch(FancyBboxPatch((74.0, 14), 25.6, 44.5, boxstyle="round,pad=0.2,rounding_size=1.0",
+                                facecolor="white", edgecolor=GREY, linewidth=1.2, zorder=0))
+    ax.text(86.8, 69.5, "One sublayer", ha="center", va="center", fontsize=BASE_FONT + 1,
+            fontweight="bold")
+    bw = 9.0
+    for cx, title, order in ((79.5, "post-norm", ("sublayer", "add", "LayerNorm")),
+                             (92.0, "pre-norm", ("LayerNorm", "sublayer", "add"))):
+        ax.text(cx + 1.0, 55.5, title, ha="center", va="center", fontsize=12, fontweight="bold")
+        ax.text(cx, 20.0, "x", ha="center", va="center", fontsize=12, style="italic")
+        y, y_branch = 24.5, 23.0
+        ax.plot([cx, cx], [21.2, y_branch], color=INK, lw=1.5)
+        for k, name in enumerate(order):
+            if name == "add":
+                y_add = y + 1.4
+                ax.add_patch(plt.Circle((cx, y_add), 1.4, facecolor="white", edgecolor=INK,
+                                        linewidth=1.5, zorder=2))
+                ax.text(cx, y_add, "+", ha="center", va="center", fontsize=14, zorder=3)
+                arrow(ax, (cx, y_branch if k == 0 else y - 2.5), (cx, y), shrink=0.5)
+                top_k = y + 2.8
+            else:
+                colour = YELLOW if name == "LayerNorm" else attn_colour
+                arrow(ax, (cx, y_branch if k == 0 else y - 2.5), (cx, y), shrink=0.5)
+                box(ax, cx - bw / 2, y, bw, 5.0, name.replace("Layer", "Layer\n"), colour,
+                    size=11, style="round,pad=0.02,rounding_size=0.4", lw=1.3)
+                top_k = y + 5.0
+            y = top_k + 2.5
+        arrow(ax, (cx, y - 2.5), (cx, y), shrink=0.5)
+        ax.plot([cx], [y_branch], "o", color=INK, ms=5, zorder=3)
+        ax.plot([cx, cx + bw / 2 + 1.3, cx + bw / 2 + 1.3], [y_branch, y_branch, y_add],
+                color=INK, lw=1.5, zorder=1)
+        arrow(ax, (cx + bw / 2 + 1.3, y_add), (cx + 1.4, y_add), shrink=0.5)
+    ax.text(86.8, 12.6, "Pre-norm moves each\nLayerNorm to the start\nof its branch. The blocks\n"
+            "at left are post-norm.", ha="center", va="top", fontsize=11)
+    save(fig, "transformer_block.svg")
+
+
 def favicon() -> None:
     """The site's icon: three bars for score, normalize, pool (same as ../assets/favicon.svg).
 
@@ -380,6 +485,7 @@ def main() -> None:
     masking()
     multihead()
     positional_encoding()
+    transformer_block()
     favicon()
 
 
