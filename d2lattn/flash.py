@@ -35,6 +35,7 @@ __all__ = [
     "flash_attention",
     "local_attention",
     "sliding_window_mask",
+    "tile_schedule",
     "GroupedQueryAttention",
 ]
 
@@ -460,6 +461,44 @@ def sliding_window_mask(num_queries: int, num_keys: int, window: Optional[int] =
     _check_options(window, None, 1)
     tiling = _Tiling(1, num_queries, num_keys, None, is_causal, window, 1, torch.device("cpu"))
     return tiling.mask(0, num_queries, 0, num_keys)[0]  # (Q, K)
+
+
+def tile_schedule(num_queries: int, num_keys: int, *, block_size: int = DEFAULT_BLOCK_SIZE,
+                  is_causal: bool = False, window: Optional[int] = None) -> Tensor:
+    """Which tiles :func:`flash_attention` computes for a mask, one entry per tile.
+
+    Args:
+        num_queries: Q, a positive integer.
+        num_keys: K, a positive integer.
+        block_size: keyword-only; the tile side ``b`` (queries and keys), a positive integer.
+        is_causal: keyword-only; lower-right aligned causal mask, as in :func:`flash_attention`.
+        window: keyword-only; ``None`` or ``w >= 0``, the sliding window of :func:`flash_attention`.
+
+    Returns:
+        int64 ``(ceil(Q / b), ceil(K / b))``: 0 = skipped (every entry masked), 1 = computed with
+        a mask, 2 = computed in full (no entry masked).
+
+    Raises:
+        ValueError: if a size is not a positive integer or ``window`` is negative.
+
+    Example:
+        >>> tile_schedule(4, 4, block_size=2, is_causal=True)
+        tensor([[1, 0],
+                [2, 1]])
+
+    Source: Dao (2023), FlashAttention-2, section 3.1 (skipping masked blocks); book chapter 9.
+    """
+    check_positive_ints(num_queries=num_queries, num_keys=num_keys)
+    _check_options(window, None, block_size)
+    if not isinstance(is_causal, bool):
+        raise ValueError(f"is_causal must be a bool, got {is_causal!r}")
+    tiling = _Tiling(1, num_queries, num_keys, None, is_causal, window, block_size,
+                     torch.device("cpu"))
+    grid = torch.zeros(-(-num_queries // block_size), -(-num_keys // block_size), dtype=torch.long)
+    for qi, qs in enumerate(range(0, num_queries, block_size)):
+        for ks, _, needs_mask in tiling.blocks(qs, min(qs + block_size, num_queries)):
+            grid[qi, ks // block_size] = 1 if needs_mask else 2
+    return grid
 
 
 class GroupedQueryAttention(nn.Module):

@@ -351,3 +351,28 @@ def test_gqa_bad_forward():
         gqa(torch.ones(2, 1, 3, 16), torch.ones(2, 1, 3, 16), torch.ones(2, 1, 3, 16))
     with pytest.raises(ValueError, match="valid_lens"):
         gqa(torch.ones(2, 3, 16), torch.ones(2, 3, 16), torch.ones(2, 3, 16), torch.tensor([4, 1]))
+
+
+# --- tile_schedule: the tiles flash_attention computes, checked against the element mask -------
+
+@pytest.mark.parametrize("Q, K, block_size", [(16, 16, 4), (13, 29, 5), (30, 7, 8), (9, 9, 16)])
+@pytest.mark.parametrize("is_causal, window", [(False, None), (True, None), (False, 3), (True, 6)])
+def test_tile_schedule_matches_the_mask(Q, K, block_size, is_causal, window):
+    from d2lattn import sliding_window_mask, tile_schedule
+
+    grid = tile_schedule(Q, K, block_size=block_size, is_causal=is_causal, window=window)
+    mask = sliding_window_mask(Q, K, window, is_causal=is_causal)  # (Q, K), True = may attend
+    assert grid.shape == (-(-Q // block_size), -(-K // block_size))
+    for qi in range(grid.shape[0]):
+        for ki in range(grid.shape[1]):
+            tile = mask[qi * block_size:(qi + 1) * block_size, ki * block_size:(ki + 1) * block_size]
+            expected = 0 if not tile.any() else (2 if tile.all() else 1)
+            assert grid[qi, ki] == expected, (qi, ki)
+
+
+@pytest.mark.parametrize("kwargs", [dict(block_size=0), dict(window=-1), dict(is_causal=1)])
+def test_tile_schedule_rejects_bad_options(kwargs):
+    from d2lattn import tile_schedule
+
+    with pytest.raises(ValueError):
+        tile_schedule(8, 8, **kwargs)
