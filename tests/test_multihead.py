@@ -58,6 +58,25 @@ def test_matches_torch_multihead_attention(bias, sizes, lens_kind):
     assert ours.attention_weights.shape == (B, 2, Q, K)
 
 
+@pytest.mark.parametrize("bias", [False, True])
+def test_self_attention_fast_path_gives_the_same_outputs(bias):
+    # queries is keys is values under no_grad takes the packed projection; with grad it does not
+    torch.manual_seed(0)
+    ours = MultiHeadAttention(8, 2, bias=bias).double()
+    ref = copy_into_torch(ours, bias).eval()
+    X = data(Q=5, K=5)[0]
+    lens = torch.tensor([5, 2, 3])
+    expected, weights = ref(X, X, X, need_weights=True, average_attn_weights=False,
+                            key_padding_mask=~valid_lens_to_mask(lens, 5, 5)[:, 0])
+    with_grad = ours(X, X, X, lens)
+    with torch.no_grad():
+        packed = ours(X, X, X, lens)
+    torch.testing.assert_close(packed, expected, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(ours.attention_weights, weights, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(packed, with_grad.detach(), rtol=1e-12, atol=1e-14)
+    assert with_grad.requires_grad and not packed.requires_grad
+
+
 def test_query_size_different_from_num_hiddens():
     mha = MultiHeadAttention(12, 3, query_size=5, key_size=7, value_size=2)
     out = mha(torch.randn(2, 4, 5), torch.randn(2, 9, 7), torch.randn(2, 9, 2), torch.tensor([3, 9]))
