@@ -249,6 +249,7 @@ class DotProductAttention(nn.Module):
         d = queries.shape[-1]
         mask = combine_masks(attn_mask, is_causal, queries.shape[-2], keys.shape[-2],
                              device=queries.device)  # None or bool, broadcastable
+        self.attention_weights = None  # let the last call's (B, ..., Q, K) weights go first
         # 1. score; scaling the queries (Q*d numbers) instead of the scores (Q*K) gives the
         #    same result with fewer multiplications whenever d < K.
         scores = (queries * (1.0 / math.sqrt(d))) @ keys.transpose(-2, -1)  # (B, ..., Q, K)
