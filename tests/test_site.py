@@ -10,7 +10,9 @@ every page and checks that
 - no page logs a JavaScript error;
 - at phone width (390 px) no page is wider than the screen;
 - exercise solutions are collapsed until opened;
-- each chapter offers its notebook for download, and the ``.ipynb`` link works offline.
+- each chapter offers its notebook for download, and the ``.ipynb`` link works offline;
+- every interactive figure redraws, when each control moves, exactly the numbers the chapter's
+  Python code computed for that setting, and its script loads on those pages only.
 
 The site is taken from ``$D2LATTN_SITE_DIR`` (default: ``_build/html`` in the repository); it
 is built with ``jupyter-book build`` when missing. Chromium is Debian's ``chromium`` (or
@@ -383,6 +385,130 @@ def test_notebooks_download_offline(site, base_url, browser):
         notebook = json.loads(response.body())
         assert notebook["nbformat"] == 4 and notebook["cells"], f"{rel}: {href} is not a notebook"
     page.close()
+
+
+# Interactive figures (d2lattn.interactive, drawn by book/assets/static/d2lattn-viz.js) ---------
+
+VIZ_SCRIPT = "d2lattn-viz.js"
+
+MOVE_AND_READ = """([index, combo]) => {
+  const root = document.querySelectorAll('.d2lattn-viz')[index];
+  const spec = JSON.parse(root.querySelector('script.d2lattn-viz-data').textContent);
+  const start = performance.now();
+  spec.controls.forEach((c, k) => {
+    const wrap = root.querySelector(`.d2lattn-viz-control[data-control="${c.name}"]`);
+    const i = combo[k];
+    if (c.type === 'tokens') {
+      wrap.querySelectorAll('.d2lattn-viz-token')[i].dispatchEvent(new MouseEvent('mouseenter'));
+    } else if (c.type === 'select') {
+      const s = wrap.querySelector('select'); s.value = String(i); s.dispatchEvent(new Event('change'));
+    } else {
+      const r = wrap.querySelector('input[type=range]'); r.value = String(i);
+      r.dispatchEvent(new Event('input'));
+    }
+  });
+  const ms = performance.now() - start;  // the redraw is synchronous: it is done by now
+  const drawn = {};
+  root.querySelectorAll('.d2lattn-viz-panel').forEach(box => {
+    drawn[box.dataset.panel] = {
+      bars: [...box.querySelectorAll('rect.d2lattn-viz-bar')].map(
+        r => [Number(r.dataset.value), Number(r.getAttribute('height'))]),
+      cells: [...box.querySelectorAll('rect.d2lattn-viz-cell')].map(r => Number(r.dataset.value)),
+      lines: Object.fromEntries([...box.querySelectorAll('path.d2lattn-viz-line')].map(
+        p => [p.dataset.label, JSON.parse(p.dataset.value)])),
+      nums: [...box.querySelectorAll('.d2lattn-viz-num')].map(
+        e => [Number(e.dataset.value), e.textContent]),
+    };
+  });
+  const fallback = root.querySelector('.d2lattn-viz-fallback');
+  return {frame: root.dataset.frame, ms, drawn, ready: root.dataset.ready === '1',
+          fallbackHidden: !fallback || getComputedStyle(fallback).display === 'none'};
+}"""
+
+
+def _viz_pages(site: Path) -> List[str]:
+    return [rel for rel in _pages(site)
+            if 'class="d2lattn-viz"' in (site / rel).read_text(encoding="utf-8")]
+
+
+def test_viz_script_only_on_pages_with_figures(site):
+    """The script is loaded by the pages that have an interactive figure, and by no other."""
+    with_figures = set(_viz_pages(site))
+    for rel in _pages(site):
+        parser = _AssetLinks()
+        parser.feed((site / rel).read_text(encoding="utf-8"))
+        loads = any(url.split("?")[0].endswith(VIZ_SCRIPT) for url in parser.urls)
+        assert loads == (rel in with_figures), f"{rel}: script loaded {loads}"
+
+
+def _combos(controls, rng) -> List[List[int]]:
+    """Each control through its choices (at most 8, evenly spread) with the others at their
+    initial choice, then a few random settings of all controls at once."""
+    initial = [c["initial"] for c in controls]
+    combos = []
+    for k, c in enumerate(controls):
+        n = len(c["values"])
+        for i in sorted({round(j * (n - 1) / 7) for j in range(8)} if n > 8 else range(n)):
+            combos.append(initial[:k] + [i] + initial[k + 1:])
+    combos += [[rng.randrange(len(c["values"])) for c in controls] for _ in range(5)]
+    return combos
+
+
+def _close(a: float, b: float, digits: int) -> bool:
+    return abs(a - b) <= 0.5 * 10.0 ** -digits + 1e-9
+
+
+def test_interactive_figures_draw_the_computed_numbers(site, base_url, browser):
+    """Every interactive figure: move each control, and check that the numbers drawn for that
+    setting (bars, grid cells, lines, printed values) are the numbers the chapter's Python code
+    computed for it (the JSON in the page), redrawn at once, with the static fallback hidden."""
+    import random
+
+    rng = random.Random(0)
+    pages = _viz_pages(site)
+    page = browser.context.new_page()
+    figures, moves, times = 0, 0, []
+    for rel in pages:
+        _open(page, base_url, rel, site)
+        page.wait_for_function(
+            "[...document.querySelectorAll('.d2lattn-viz')].every(r => r.dataset.ready === '1')",
+            timeout=10000)
+        specs = page.evaluate("""() => [...document.querySelectorAll('.d2lattn-viz')].map(
+            r => r.querySelector('script.d2lattn-viz-data').textContent)""")
+        for index, text in enumerate(specs):
+            spec = json.loads(text)
+            digits = spec["digits"]
+            figures += 1
+            for combo in _combos(spec["controls"], rng):
+                got = page.evaluate(MOVE_AND_READ, [index, combo])
+                key = ",".join(map(str, combo))
+                where = f"{rel} figure {index + 1} ({spec['title']}) at {key}"
+                assert got["ready"] and got["fallbackHidden"], where
+                assert got["frame"] == key, where
+                times.append(got["ms"])
+                moves += 1
+                frame = spec["frames"][key]
+                for panel in spec["panels"]:
+                    want, drawn = frame[panel["name"]], got["drawn"][panel["name"]]
+                    if panel["type"] == "bars":
+                        assert [v for v, _ in drawn["bars"]] == want, where
+                        # bar heights proportional to the values (bars start at 0)
+                        pos = [(v, h) for v, h in drawn["bars"] if v > 0]
+                        if len(pos) > 1:
+                            scale = pos[0][1] / pos[0][0]
+                            assert all(abs(h - v * scale) < 0.5 for v, h in pos), where
+                    elif panel["type"] == "grid":
+                        assert drawn["cells"] == [v for row in want for v in row], where
+                    elif panel["type"] == "lines":
+                        assert drawn["lines"] == want, where
+                    else:
+                        assert [v for v, _ in drawn["nums"]] == list(want.values()), where
+                    for value, text_shown in drawn["nums"]:
+                        assert _close(float(text_shown), value, min(digits, 2)), where
+    page.close()
+    assert figures >= 6 and len(pages) >= 4, (figures, pages)
+    times.sort()
+    assert times[len(times) // 2] < 16, f"median redraw {times[len(times) // 2]:.1f} ms"
 
 
 # These two run last, so that they cover the pages opened by every test above. -------------

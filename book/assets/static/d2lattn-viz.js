@@ -1,0 +1,199 @@
+/* Figures a reader can move (d2lattn.interactive.InteractiveFigure).
+ *
+ * Each <div class="d2lattn-viz"> holds a JSON description: controls, panels, and the numbers of
+ * every panel for every combination of control choices, all computed by the chapter's Python
+ * code. This script draws the figure from those numbers and redraws it, synchronously, when a
+ * control moves: a table lookup, nothing recomputed. Every drawn number carries its value in a
+ * data-value attribute, which the site's browser test compares with the JSON.
+ * No libraries, no network. Loaded only on pages with such a figure (see _config.yml).
+ */
+(function () {
+  "use strict";
+  var SVG = "http://www.w3.org/2000/svg";
+  var COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"];
+
+  function el(tag, attrs, parent, ns) {
+    var node = ns ? document.createElementNS(SVG, tag) : document.createElement(tag);
+    Object.keys(attrs || {}).forEach(function (k) {
+      if (k === "text") node.textContent = attrs[k];
+      else node.setAttribute(k, attrs[k]);
+    });
+    if (parent) parent.appendChild(node);
+    return node;
+  }
+  function svg(tag, attrs, parent) { return el(tag, attrs, parent, true); }
+  function fmt(v, digits) { return Number(v).toFixed(digits); }
+
+  function drawBars(box, panel, values, digits) {
+    var n = values.length, W = Math.max(260, Math.min(640, 34 * n + 50)), H = 170;
+    var left = 40, top = 18, bottom = 34, w = (W - left - 10) / n, h = H - top - bottom;
+    var lo = panel.ymin !== undefined ? panel.ymin : Math.min(0, Math.min.apply(null, values));
+    var hi = panel.ymax !== undefined ? panel.ymax : Math.max(1e-9, Math.max.apply(null, values));
+    var y = function (v) { return top + h * (hi - v) / (hi - lo); };
+    var s = svg("svg", { width: W, height: H, viewBox: "0 0 " + W + " " + H, role: "img" }, box);
+    svg("line", { x1: left, x2: W - 10, y1: y(0), y2: y(0), stroke: "#888" }, s);
+    svg("text", { x: left - 4, y: y(hi) + 4, "text-anchor": "end", "font-size": 10, text: fmt(hi, 2) }, s);
+    svg("text", { x: left - 4, y: y(lo) + 4, "text-anchor": "end", "font-size": 10, text: fmt(lo, 2) }, s);
+    values.forEach(function (v, i) {
+      var x = left + i * w, y0 = y(Math.max(v, 0)), y1 = y(Math.min(v, 0));
+      svg("rect", { x: x + 2, width: Math.max(1, w - 4), y: y0, height: Math.max(0, y1 - y0),
+                    fill: v === 0 ? "#ccc" : COLORS[0], "class": "d2lattn-viz-bar",
+                    "data-value": v }, s);
+      if (n <= 24) {
+        svg("text", { x: x + w / 2, y: y0 - 3, "text-anchor": "middle", "font-size": 9,
+                      "class": "d2lattn-viz-num", "data-value": v, text: fmt(v, digits) }, s);
+      }
+      if (n <= 24 || i % Math.ceil(n / 12) === 0) {
+        svg("text", { x: x + w / 2, y: H - bottom + 14, "text-anchor": "middle", "font-size": 10,
+                      text: String(panel.labels[i]) }, s);
+      }
+    });
+  }
+
+  function drawGrid(box, panel, rows, digits) {
+    var nr = rows.length, nc = rows[0].length, cell = Math.max(18, Math.min(40, 360 / nc));
+    var left = 8 + 7 * Math.max.apply(null, panel.rows.map(function (r) { return String(r).length; }));
+    var top = 22, W = left + nc * cell + 8, H = top + nr * cell + 8;
+    var vmax = panel.vmax || Math.max(1e-9, Math.max.apply(null, rows.map(function (r) {
+      return Math.max.apply(null, r.map(Math.abs)); })));
+    var s = svg("svg", { width: W, height: H, viewBox: "0 0 " + W + " " + H, role: "img" }, box);
+    panel.cols.forEach(function (c, j) {
+      svg("text", { x: left + (j + 0.5) * cell, y: top - 6, "text-anchor": "middle",
+                    "font-size": 10, text: String(c) }, s);
+    });
+    rows.forEach(function (row, i) {
+      svg("text", { x: left - 4, y: top + (i + 0.6) * cell, "text-anchor": "end",
+                    "font-size": 10, text: String(panel.rows[i]) }, s);
+      row.forEach(function (v, j) {
+        var on = panel.boolean ? (v ? 1 : 0) : Math.abs(v) / vmax;
+        svg("rect", { x: left + j * cell, y: top + i * cell, width: cell - 1, height: cell - 1,
+                      fill: COLORS[0], "fill-opacity": 0.08 + 0.92 * on, stroke: "#ddd",
+                      "class": "d2lattn-viz-cell", "data-value": v }, s);
+        if (!panel.boolean && cell >= 26) {
+          svg("text", { x: left + (j + 0.5) * cell, y: top + (i + 0.62) * cell,
+                        "text-anchor": "middle", "font-size": 8, fill: on > 0.55 ? "#fff" : "#000",
+                        "class": "d2lattn-viz-num", "data-value": v, text: fmt(v, Math.min(digits, 2)) }, s);
+        }
+      });
+    });
+  }
+
+  function drawLines(box, panel, series) {
+    var W = 460, H = 210, left = 40, right = 110, top = 10, bottom = 26;
+    var xs = panel.x, all = [];
+    var stat = panel.static || [], pts = panel.points;
+    stat.forEach(function (sr) { all = all.concat(sr.y); });
+    Object.keys(series).forEach(function (k) { all = all.concat(series[k]); });
+    if (pts) all = all.concat(pts.y);
+    var lo = panel.ymin !== undefined ? panel.ymin : Math.min.apply(null, all);
+    var hi = panel.ymax !== undefined ? panel.ymax : Math.max.apply(null, all);
+    if (hi - lo < 1e-9) { hi = lo + 1; }
+    var x0 = Math.min.apply(null, xs), x1 = Math.max.apply(null, xs);
+    var X = function (v) { return left + (W - left - right) * (v - x0) / (x1 - x0 || 1); };
+    var Y = function (v) { return top + (H - top - bottom) * (hi - v) / (hi - lo); };
+    var s = svg("svg", { width: W, height: H, viewBox: "0 0 " + W + " " + H, role: "img" }, box);
+    svg("rect", { x: left, y: top, width: W - left - right, height: H - top - bottom, fill: "none", stroke: "#bbb" }, s);
+    [lo, hi].forEach(function (v) {
+      svg("text", { x: left - 4, y: Y(v) + 4, "text-anchor": "end", "font-size": 10, text: fmt(v, 2) }, s);
+    });
+    [x0, x1].forEach(function (v) {
+      svg("text", { x: X(v), y: H - 8, "text-anchor": "middle", "font-size": 10, text: String(+v.toFixed(2)) }, s);
+    });
+    if (pts) {
+      pts.x.forEach(function (px, i) {
+        svg("circle", { cx: X(px), cy: Y(pts.y[i]), r: 2, fill: "#999" }, s);
+      });
+    }
+    var legend = 0;
+    function line(label, ys, color, dash, dynamic) {
+      var d = ys.map(function (v, i) { return (i ? "L" : "M") + X(xs[i]).toFixed(1) + "," + Y(v).toFixed(1); }).join("");
+      var p = svg("path", { d: d, fill: "none", stroke: color, "stroke-width": 1.8 }, s);
+      if (dash) p.setAttribute("stroke-dasharray", "4 3");
+      if (dynamic) { p.setAttribute("class", "d2lattn-viz-line"); p.setAttribute("data-label", label);
+                     p.setAttribute("data-value", JSON.stringify(ys)); }
+      svg("text", { x: W - right + 6, y: top + 12 + 14 * legend++, "font-size": 10, fill: color, text: label }, s);
+    }
+    stat.forEach(function (sr) { line(sr.label, sr.y, "#555", true, false); });
+    Object.keys(series).forEach(function (k, i) { line(k, series[k], COLORS[i % COLORS.length], false, true); });
+  }
+
+  function drawReadout(box, values, digits) {
+    var t = el("table", { "class": "d2lattn-viz-readout" }, box);
+    Object.keys(values).forEach(function (k) {
+      var tr = el("tr", {}, t);
+      el("td", { text: k }, tr);
+      el("td", { "class": "d2lattn-viz-num", "data-value": values[k], text: fmt(values[k], digits) }, tr);
+    });
+  }
+
+  function build(root) {
+    var dataNode = root.querySelector("script.d2lattn-viz-data");
+    if (!dataNode || root.getAttribute("data-ready")) return;
+    var spec = JSON.parse(dataNode.textContent);
+    var fallback = root.querySelector(".d2lattn-viz-fallback");
+    if (fallback) fallback.style.display = "none";
+    var choice = spec.controls.map(function (c) { return c.initial || 0; });
+    el("div", { "class": "d2lattn-viz-title", text: spec.title }, root);
+    var controls = el("div", { "class": "d2lattn-viz-controls" }, root);
+    var panels = el("div", { "class": "d2lattn-viz-panels" }, root);
+    if (spec.caption) el("div", { "class": "d2lattn-viz-caption", text: spec.caption }, root);
+
+    function redraw() {
+      var frame = spec.frames[choice.join(",")];
+      root.setAttribute("data-frame", choice.join(","));
+      panels.textContent = "";
+      spec.panels.forEach(function (panel) {
+        var box = el("div", { "class": "d2lattn-viz-panel", "data-panel": panel.name }, panels);
+        if (panel.title) el("div", { "class": "d2lattn-viz-panel-title", text: panel.title }, box);
+        var v = frame[panel.name];
+        if (panel.type === "bars") drawBars(box, panel, v, spec.digits);
+        else if (panel.type === "grid") drawGrid(box, panel, v, spec.digits);
+        else if (panel.type === "lines") drawLines(box, panel, v);
+        else drawReadout(box, v, spec.digits);
+      });
+    }
+
+    spec.controls.forEach(function (c, k) {
+      var wrap = el("label", { "class": "d2lattn-viz-control", "data-control": c.name }, controls);
+      el("span", { text: c.label + ": " }, wrap);
+      if (c.type === "tokens") {
+        var chips = [];
+        c.values.forEach(function (v, i) {
+          var chip = el("span", { "class": "d2lattn-viz-token", tabindex: 0, "data-index": i, text: v }, wrap);
+          chips.push(chip);
+          var pick = function () {
+            choice[k] = i;
+            chips.forEach(function (ch, j) { ch.classList.toggle("d2lattn-viz-active", j === i); });
+            redraw();
+          };
+          chip.addEventListener("mouseenter", pick);
+          chip.addEventListener("focus", pick);
+          chip.addEventListener("click", pick);
+        });
+        chips[choice[k]].classList.add("d2lattn-viz-active");
+      } else if (c.type === "select") {
+        var sel = el("select", {}, wrap);
+        c.values.forEach(function (v, i) { el("option", { value: i, text: v }, sel); });
+        sel.value = String(choice[k]);
+        sel.addEventListener("change", function () { choice[k] = Number(sel.value); redraw(); });
+      } else {
+        var input = el("input", { type: "range", min: 0, max: c.values.length - 1, step: 1,
+                                  value: choice[k] }, wrap);
+        var shown = el("output", { text: c.values[choice[k]] }, wrap);
+        input.addEventListener("input", function () {
+          choice[k] = Number(input.value);
+          shown.textContent = c.values[choice[k]];
+          redraw();
+        });
+      }
+    });
+    redraw();
+    root.setAttribute("data-ready", "1");
+  }
+
+  function buildAll() {
+    Array.prototype.forEach.call(document.querySelectorAll(".d2lattn-viz"), build);
+  }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", buildAll);
+  else buildAll();
+})();

@@ -1,0 +1,88 @@
+"""Unit tests of d2lattn.interactive: the data behind the book's interactive figures."""
+
+import json
+import math
+import re
+
+import pytest
+import torch
+
+from d2lattn.interactive import InteractiveFigure, frame_key
+
+
+def _figure(**overrides):
+    spec = dict(
+        controls=[{"name": "a", "label": "A", "values": [1, 2]},
+                  {"name": "b", "label": "B", "type": "select", "values": ["x", "y", "z"],
+                   "initial": 2}],
+        panels=[{"name": "w", "type": "bars", "labels": ["k0", "k1"]},
+                {"name": "r", "type": "readout"}],
+        frames={frame_key(i, j): {"w": torch.tensor([0.25 * i, 1 / 3 + j]), "r": {"sum": i + j}}
+                for i in range(2) for j in range(3)})
+    spec.update(overrides)
+    return InteractiveFigure("test", **spec)
+
+
+def _payload(fig):
+    html = fig._repr_html_()
+    match = re.search(r'<script type="application/json" class="d2lattn-viz-data">(.*?)</script>', html)
+    return html, json.loads(match.group(1))
+
+
+def test_frame_key():
+    assert frame_key(0) == "0" and frame_key(3, 1, 2) == "3,1,2"
+
+
+def test_html_holds_rounded_data_and_a_fallback_of_the_initial_setting():
+    fig = _figure()
+    html, data = _payload(fig)
+    assert html.startswith('<div class="d2lattn-viz">')
+    assert data["frames"]["1,2"]["w"] == [0.25, 2.333]  # rounded to 3 digits
+    assert set(data["frames"]) == {frame_key(i, j) for i in range(2) for j in range(3)}
+    # the fallback table shows the initial setting: a = 1 (index 0), b = z (index 2)
+    fallback = html.split('class="d2lattn-viz-fallback">', 1)[1]
+    assert "A = 1, B = z" in fallback and "2.333" in fallback
+    assert repr(fig) == "InteractiveFigure('test', 6 frames)"
+
+
+def test_negative_zero_and_script_end_tags_are_made_safe():
+    fig = _figure(frames={frame_key(i, j): {"w": [-0.0001, 0.0], "r": {"</script>": 1.0}}
+                          for i in range(2) for j in range(3)})
+    html, data = _payload(fig)
+    assert data["frames"]["0,0"]["w"] == [0.0, 0.0]
+    assert "-0.0" not in html.split("d2lattn-viz-data\">", 1)[1].split("</script>", 1)[0]
+    assert html.count("</script>") == 1
+
+
+def test_digits():
+    fig = _figure(digits=1)
+    assert _payload(fig)[1]["frames"]["0,0"]["w"] == [0.0, 0.3]
+    with pytest.raises(ValueError, match="digits"):
+        _figure(digits=-1)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"controls": [{"name": "a", "label": "A", "type": "knob", "values": [1]}]}, "control type"),
+    ({"controls": [{"name": "a", "values": [1]}]}, "lacks the field 'label'"),
+    ({"controls": [{"name": "a", "label": "A", "values": [1, 2], "initial": 2}]}, "initial"),
+    ({"controls": []}, "at least one control"),
+    ({"panels": [{"name": "w", "type": "pie"}]}, "panel type"),
+    ({"panels": [{"name": "w", "type": "grid", "rows": [0]}]}, "lacks the field 'cols'"),
+    ({"panels": [{"name": "w", "type": "readout"}, {"name": "w", "type": "readout"}]}, "distinct"),
+])
+def test_bad_specifications_raise(change, message):
+    with pytest.raises(ValueError, match=message):
+        _figure(**change)
+
+
+def test_missing_frames_panels_and_non_finite_numbers_raise():
+    frames = {frame_key(i, j): {"w": [0.0, 1.0], "r": {"s": 1}} for i in range(2) for j in range(3)}
+    del frames["1,1"]
+    with pytest.raises(ValueError, match="no entry for the control indices '1,1'"):
+        _figure(frames=frames)
+    frames["1,1"] = {"w": [0.0, 1.0]}
+    with pytest.raises(ValueError, match="lacks the panels"):
+        _figure(frames=frames)
+    frames["1,1"] = {"w": [math.nan, 1.0], "r": {"s": 1}}
+    with pytest.raises(ValueError, match="finite"):
+        _figure(frames=frames)
