@@ -8,7 +8,10 @@ here compute the same result block by block and never hold more than one tile of
   the trick that makes the blocks possible (Milakov and Gimelshein, 2018);
 - :func:`flash_attention`: exact scaled dot-product attention, forward and backward, in the
   style of FlashAttention-2 (Dao, 2023): the backward pass stores only the output and one
-  log-sum-exp per query, and recomputes the tiles;
+  log-sum-exp per query, and recomputes the tiles. It takes the arguments of
+  ``F.scaled_dot_product_attention`` (``attn_mask``, bool or float; ``dropout_p``, drawn as
+  SDPA's math backend draws it; ``scale``; ``enable_gqa``) and d2lattn's own (``valid_lens``,
+  a lower-right ``is_causal``, a ``window``);
 - :func:`local_attention` and :func:`sliding_window_mask`: each query sees only the keys within
   a window around its own position (Beltagy et al., 2020); blocks outside the window are skipped,
   so the cost grows linearly with the length;
@@ -22,13 +25,29 @@ vector, never NaN.
 
 from __future__ import annotations
 
+import bisect
 import math
-from typing import Optional, Sequence, Tuple, Union
+from typing import Iterator, Optional, Protocol, Tuple
 
 import torch
 from torch import Tensor, nn
 
-from .scoring import check_positive_ints, check_qkv
+from ._checks import (
+    ValidLens,
+    Window,
+    as_valid_lens,
+    check_bool,
+    check_dropout,
+    check_input_dtype,
+    check_kv_cache_chunk,
+    check_positive_ints,
+    check_qkv,
+    check_scale,
+    check_sdpa_inputs,
+    check_valid_lens,
+    check_window,
+    split_attn_mask,
+)
 
 __all__ = [
     "online_softmax_stats",
@@ -39,11 +58,19 @@ __all__ = [
     "GroupedQueryAttention",
 ]
 
-ValidLens = Union[Tensor, Sequence[int]]
-
-#: Default tile size: a 256 x 256 float32 tile is 256 KiB per head, so the tiles of 8 heads
-#: (2 MiB) stay in a 2 MiB-per-core L2 cache; see ``benchmarks/bench_flash.py`` and chapter 9.
+#: Default tile size: a 256 x 256 float32 tile is 256 KiB per head (2 MiB for 8 heads), small
+#: enough for a CPU's L2 or L3 cache; it was the fastest block size of the sweep in
+#: ``benchmarks/bench_flash.py --sweep`` on the machines measured (chapter 9 shows the sweep).
 DEFAULT_BLOCK_SIZE = 256
+
+
+class _KVCacheLike(Protocol):
+    """What ``GroupedQueryAttention.forward`` needs of a cache (see ``d2lattn.KVCache``)."""
+
+    def __len__(self) -> int: ...
+
+    def update(self, keys: Tensor, values: Tensor) -> Tuple[Tensor, Tensor]: ...
+
 _LOG2_E = math.log2(math.e)  # scores times log2(e): exp(x) = 2 ** (x * log2(e))
 
 
@@ -94,36 +121,12 @@ def online_softmax_stats(scores: Tensor, block_size: int = 1) -> Tuple[Tensor, T
 
 
 # ---------------------------------------------------------------------------------------------
-# Checking the arguments
+# The dtype of the tiles
 # ---------------------------------------------------------------------------------------------
 
-def _check_lens(valid_lens: ValidLens, B: int, Q: int, K: int) -> Tensor:
-    """``valid_lens`` as an int64 tensor of shape ``(B,)`` or ``(B, Q)`` in ``[0, K]``."""
-    if not isinstance(valid_lens, Tensor):
-        try:
-            valid_lens = torch.as_tensor(valid_lens)
-        except (TypeError, ValueError, RuntimeError) as err:
-            raise ValueError(f"valid_lens must be integers of shape (B,) or (B, Q); "
-                             f"got {valid_lens!r}") from err
-    if valid_lens.dtype == torch.bool or valid_lens.is_floating_point() or valid_lens.is_complex():
-        raise ValueError(f"valid_lens must have an integer dtype, got {valid_lens.dtype}")
-    if valid_lens.shape not in ((B,), (B, Q)):
-        raise ValueError(f"valid_lens must have shape (B,) = ({B},) or (B, Q) = ({B}, {Q}), "
-                         f"got shape {tuple(valid_lens.shape)}")
-    if valid_lens.numel() and (int(valid_lens.min()) < 0 or int(valid_lens.max()) > K):
-        raise ValueError(f"valid_lens entries must lie in [0, {K}] (the number of keys); got "
-                         f"values in [{int(valid_lens.min())}, {int(valid_lens.max())}]")
-    return valid_lens.to(torch.int64)
-
-
-def _check_options(window: Optional[int], scale: Optional[float], block_size: int) -> None:
-    check_positive_ints(block_size=block_size)
-    if window is not None and (isinstance(window, bool) or not isinstance(window, int)
-                               or window < 0):
-        raise ValueError(f"window must be None or a non-negative integer, got {window!r}")
-    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))
-                              or not scale > 0 or not math.isfinite(scale)):
-        raise ValueError(f"scale must be None or a positive finite number, got {scale!r}")
+def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype the tiles are computed in: float32 for 16-bit inputs, as fused kernels do."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
 # ---------------------------------------------------------------------------------------------
@@ -131,117 +134,195 @@ def _check_options(window: Optional[int], scale: Optional[float], block_size: in
 # ---------------------------------------------------------------------------------------------
 
 class _Tiling:
-    """Tile bookkeeping for ``N`` rows of ``Q`` queries against ``K`` keys.
+    """Tile bookkeeping for ``N`` rows of ``r`` query heads of ``Q`` queries against ``K`` keys.
 
-    Query ``i`` may see key ``j`` iff ``j < valid_len`` (if given), ``j <= i + off`` (causal),
-    and ``|j - (i + off)| <= window`` (if given), with ``off = K - Q`` (lower-right alignment).
+    Query ``i`` may see key ``j`` iff ``j < valid_len`` (if given), ``j <= i + off + right`` and
+    ``j >= i + off - left`` (a window; causal is ``right = 0``), with ``off = K - Q``
+    (lower-right alignment), and where the optional ``attn`` mask (bool or additive) and
+    dropout ``keep`` mask allow it. Rows sorted by decreasing valid length let a tile be
+    computed for the leading ``n`` rows only: the rows whose keys all lie before the tile skip it.
     """
 
     def __init__(self, N: int, Q: int, K: int, lens: Optional[Tensor], is_causal: bool,
-                 window: Optional[int], block_size: int, device: torch.device) -> None:
-        self.Q, self.K, self.off, self.bs = Q, K, K - Q, block_size
-        self.is_causal, self.window = is_causal, window
+                 window: Optional[Window], block_size: int,
+                 device: torch.device, *, r: int = 1, kv_lead: Tuple[int, ...] = (),
+                 attn: Optional[Tensor] = None, keep: Optional[Tensor] = None,
+                 dropout_p: float = 0.0) -> None:
+        self.N, self.r, self.Q, self.K, self.off, self.bs = N, r, Q, K, K - Q, block_size
+        self.left, self.right = check_window(window) or (None, None)
+        if is_causal:  # causal = no key to the right of the (aligned) diagonal
+            self.right = 0 if self.right is None else min(self.right, 0)
         self.lens = lens  # None, (N,) or (N, Q) int64
+        self.kv_lead = kv_lead or (N,)  # the leading axes of the keys, product N
+        self.attn, self.keep, self.dropout_p = attn, keep, dropout_p
         self.device = device
         self._cache: dict = {}  # tile masks that do not depend on valid_lens
+        self.row_hi: list = []  # per row: keys [0, row_hi) may be seen (valid_lens)
+        self._neg_hi: list = []
+        self.prefix = False  # rows sorted by decreasing row_hi: tiles for the first n rows
+        if lens is not None:
+            if lens.dim() == 1:
+                self.row_hi = lens.tolist()
+            else:
+                self.row_hi = lens.amax(dim=1).tolist() if Q > 0 else [0] * N
+            self.prefix = (attn is None and keep is None
+                           and all(a >= b for a, b in zip(self.row_hi, self.row_hi[1:])))
+            self._neg_hi = [-h for h in self.row_hi]  # ascending when prefix
 
     def key_range(self, qs: int, qe: int) -> Tuple[int, int, int, int]:
         """Keys ``[lo, hi)`` some query in ``[qs, qe)`` sees; ``[full_lo, full_hi)``: all see."""
         lo, hi = 0, self.K
         full_lo, full_hi = 0, self.K
-        if self.is_causal:
-            hi = min(hi, qe - 1 + self.off + 1)
-            full_hi = min(full_hi, qs + self.off + 1)
-        if self.window is not None:
-            lo = max(lo, qs + self.off - self.window)
-            full_lo = max(full_lo, qe - 1 + self.off - self.window)
-            if not self.is_causal:
-                hi = min(hi, qe - 1 + self.off + self.window + 1)
-                full_hi = min(full_hi, qs + self.off + self.window + 1)
+        if self.right is not None:
+            hi = min(hi, qe - 1 + self.off + self.right + 1)
+            full_hi = min(full_hi, qs + self.off + self.right + 1)
+        if self.left is not None:
+            lo = max(lo, qs + self.off - self.left)
+            full_lo = max(full_lo, qe - 1 + self.off - self.left)
         if self.lens is not None:
-            rows = self.lens if self.lens.dim() == 1 else self.lens[:, qs:qe]
-            hi = min(hi, int(rows.max()) if rows.numel() else 0)
-            full_hi = min(full_hi, int(rows.min()) if rows.numel() else 0)
+            if self.lens.dim() == 1:
+                hi = min(hi, max(self.row_hi, default=0))
+                if not self.prefix:
+                    full_hi = min(full_hi, min(self.row_hi, default=0))
+            else:
+                rows = self.lens[:, qs:qe]
+                hi = min(hi, int(rows.max()) if rows.numel() else 0)
+                full_hi = min(full_hi, int(rows.min()) if rows.numel() else 0)
         return max(lo, 0), max(hi, 0), full_lo, full_hi
 
-    def blocks(self, qs: int, qe: int):
-        """Yield ``(ks, ke, needs_mask)`` for the key blocks that query rows ``[qs, qe)`` need."""
+    def rows(self, ks: int) -> int:
+        """How many leading rows need the key block starting at ``ks``."""
+        if not self.prefix:
+            return self.N
+        return bisect.bisect_left(self._neg_hi, -ks)  # rows with row_hi > ks
+
+    def blocks(self, qs: int, qe: int) -> Iterator[Tuple[int, int, bool, int]]:
+        """Yield ``(ks, ke, needs_mask, n)`` for the key blocks that query rows ``[qs, qe)``
+        need; only the first ``n`` of the ``N`` rows need that block."""
         lo, hi, full_lo, full_hi = self.key_range(qs, qe)
         if lo >= hi:
             return
         for ks in range((lo // self.bs) * self.bs, hi, self.bs):
             ke = min(ks + self.bs, self.K)
-            yield ks, ke, not (full_lo <= ks and ke <= full_hi)
+            n = self.rows(ks)
+            if n == 0:
+                return  # the rows are sorted: no row sees a later key either
+            full = full_lo <= ks and ke <= full_hi and self.attn is None
+            if full and self.prefix and self.lens is not None and self.lens.dim() == 1:
+                full = ke <= self.row_hi[n - 1]  # the shortest of the n rows covers the tile
+            yield ks, ke, not full, n
 
-    def bias(self, qs: int, qe: int, ks: int, ke: int, dtype: torch.dtype) -> Tensor:
-        """Additive tile mask: 0 where a query may attend, ``-inf`` elsewhere; ``(1|N, bq, bk)``.
+    def add_mask(self, s: Tensor, qs: int, qe: int, ks: int, ke: int, n: int) -> None:
+        """Add the tile's mask to the base-2 scores ``s`` of shape ``(n, r * bq, bk)``.
 
-        Adding it is cheaper than ``masked_fill``. Without ``valid_lens`` a tile's mask depends
-        only on ``qs + off - ks`` and its size, so it is built once and reused (every diagonal
-        tile of a causal mask is the same).
+        The rule-based part (causal, window, ``valid_lens``) is 0 or ``-inf``; adding it is
+        cheaper than ``masked_fill``. Without ``valid_lens`` it depends only on
+        ``qs + off - ks`` and the tile's size, so it is built once and reused (every diagonal
+        tile of a causal mask is the same). A user's ``attn_mask`` is added as it is (times
+        ``log2 e``: the scores are in base-2 units).
         """
+        bq, bk = qe - qs, ke - ks
+        s4 = s.view(n, self.r, bq, bk)  # the r heads that share keys, side by side
+        if self.right is not None or self.left is not None or self.lens is not None:
+            s4.add_(self.bias(qs, qe, ks, ke, s.dtype, n)[:, None])  # (1|n, 1, bq, bk)
+        if self.attn is not None:
+            tile = self._tile(self.attn, qs, qe, ks, ke)
+            if tile.dtype == torch.bool:
+                tile = torch.zeros((), dtype=s.dtype, device=s.device).masked_fill(~tile,
+                                                                                   -math.inf)
+                s.view(*self.kv_lead, self.r, bq, bk).add_(tile)
+            else:
+                s.view(*self.kv_lead, self.r, bq, bk).add_(tile.to(s.dtype), alpha=_LOG2_E)
+
+    def drop(self, p: Tensor, qs: int, qe: int, ks: int, ke: int) -> Tensor:
+        """Dropout of a tile ``(N, r * bq, bk)``: the kept entries divided by ``1 - p``."""
+        bq, bk = qe - qs, ke - ks
+        tile = self._tile(self.keep, qs, qe, ks, ke)  # (*kv_lead, r, bq, bk) bool
+        kept = p.view(*self.kv_lead, self.r, bq, bk) * tile
+        return kept.mul_(1.0 / (1.0 - self.dropout_p)).view(p.shape)
+
+    @staticmethod
+    def _tile(mask: Tensor, qs: int, qe: int, ks: int, ke: int) -> Tensor:
+        """``mask[..., qs:qe, ks:ke]``, where an axis of size 1 (broadcast) stays whole."""
+        rows = slice(qs, qe) if mask.shape[-2] > 1 else slice(None)
+        cols = slice(ks, ke) if mask.shape[-1] > 1 else slice(None)
+        return mask[..., rows, cols]
+
+    def bias(self, qs: int, qe: int, ks: int, ke: int, dtype: torch.dtype,
+             n: Optional[int] = None) -> Tensor:
+        """Additive tile mask: 0 where a query may attend, ``-inf`` elsewhere; ``(1|n, bq, bk)``."""
         key = (qs + self.off - ks, qe - qs, ke - ks, dtype)
         if self.lens is None and key in self._cache:
             return self._cache[key]
-        keep = self.mask(qs, qe, ks, ke)
+        keep = self.mask(qs, qe, ks, ke, n)
         bias = torch.zeros(keep.shape, dtype=dtype, device=self.device).masked_fill_(~keep,
                                                                                       -math.inf)
         if self.lens is None:
             self._cache[key] = bias
         return bias
 
-    def mask(self, qs: int, qe: int, ks: int, ke: int) -> Tensor:
-        """Boolean tile mask, True = may attend, shape ``(1 or N, qe - qs, ke - ks)``."""
+    def mask(self, qs: int, qe: int, ks: int, ke: int, n: Optional[int] = None) -> Tensor:
+        """Boolean tile mask, True = may attend, shape ``(1 or n, qe - qs, ke - ks)``
+        (causal, window and ``valid_lens``; not the user's ``attn_mask``)."""
         i = torch.arange(qs, qe, device=self.device)[:, None] + self.off  # (bq, 1)
         j = torch.arange(ks, ke, device=self.device)[None, :]  # (1, bk)
         keep = torch.ones(qe - qs, ke - ks, dtype=torch.bool, device=self.device)[None]
-        if self.is_causal:
-            keep = keep & (j <= i)
-        if self.window is not None:
-            keep = keep & ((i - j).abs() <= self.window)
+        if self.right is not None:
+            keep = keep & (j <= i + self.right)
+        if self.left is not None:
+            keep = keep & (j >= i - self.left)
         if self.lens is not None:
-            lens = self.lens[:, None, None] if self.lens.dim() == 1 else self.lens[:, qs:qe, None]
-            keep = keep & (j < lens)  # (N, 1|bq, bk)
+            lens = self.lens[:n]
+            lens = lens[:, None, None] if lens.dim() == 1 else lens[:, qs:qe, None]
+            keep = keep & (j < lens)  # (n, 1|bq, bk)
         return keep
 
 
 # ---------------------------------------------------------------------------------------------
-# Forward and backward, on flattened tensors (N, Q, d)
+# Forward and backward, on flattened tensors: q (N, r, Q, d), k (N, K, d), v (N, K, v)
 # ---------------------------------------------------------------------------------------------
 
 def _forward(q: Tensor, k: Tensor, v: Tensor, c: float, tiling: _Tiling) -> Tuple[Tensor, Tensor]:
-    """Output ``(N, Q, v)`` and base-2 log-sum-exp ``(N, Q, 1)`` (+inf for a query with no key).
+    """Output ``(N, r, Q, v)`` and base-2 log-sum-exp ``(N, r, Q, 1)`` (+inf: no key seen).
 
-    Each block of ``q`` is multiplied by ``c = scale * log2(e)``, so the scores are in base-2
-    units and ``exp2`` replaces ``exp``: the same softmax, and on the CPU ``exp2`` stays fast
-    where a score is ``-inf`` (masked) or far below the maximum, where ``exp`` is ten times
-    slower.
+    The ``r`` query heads that share a key/value head (grouped-query attention; ``r = 1``
+    otherwise) are stacked into one block of ``r * bq`` rows, so they read each key tile once
+    and no copy of the keys is made. Each block of ``q`` is multiplied by
+    ``c = scale * log2(e)``, so the scores are in base-2 units and ``exp2`` replaces ``exp``:
+    the same softmax, and on the CPU ``exp2`` stays fast where a score is ``-inf`` (masked) or
+    far below the maximum, where ``exp`` is ten times slower. Only the first ``n`` rows of
+    ``N`` compute a tile that the shorter rows' ``valid_lens`` hide.
     """
-    N, Q, _ = q.shape
-    bs = tiling.bs
-    out = q.new_empty(N, Q, v.shape[-1])
-    lse = q.new_full((N, Q, 1), math.inf)
+    N, r, Q, _ = q.shape
+    bs, dv = tiling.bs, v.shape[-1]
+    out = q.new_empty(N, r, Q, dv)
+    lse = q.new_full((N, r, Q, 1), math.inf)
     kt = k.transpose(-2, -1)  # (N, d, K)
     for qs in range(0, Q, bs):
         qe = min(qs + bs, Q)
-        q_blk = q[:, qs:qe] * c  # (N, bq, d), scaled one block at a time
-        m = q.new_full((N, qe - qs, 1), -math.inf)  # running maximum
-        l = q.new_zeros(N, qe - qs, 1)  # running sum of exp(score - m)
-        acc = q.new_zeros(N, qe - qs, v.shape[-1])  # (N, bq, v) running numerator
-        for ks, ke, needs_mask in tiling.blocks(qs, qe):
-            s = torch.bmm(q_blk, kt[:, :, ks:ke])  # (N, bq, bk) scores of one tile
+        rows = r * (qe - qs)
+        q_blk = (q[:, :, qs:qe] * c).reshape(N, rows, -1)  # (N, r*bq, d), scaled block by block
+        m = q.new_full((N, rows, 1), -math.inf)  # running maximum
+        l = q.new_zeros(N, rows, 1)  # running sum of exp(score - m)
+        acc = q.new_zeros(N, rows, dv)  # (N, r*bq, v) running numerator
+        for ks, ke, needs_mask, n in tiling.blocks(qs, qe):
+            s = torch.bmm(q_blk[:n], kt[:n, :, ks:ke])  # (n, r*bq, bk) scores of one tile
             if needs_mask:
-                s.add_(tiling.bias(qs, qe, ks, ke, s.dtype))
-            m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))  # (N, bq, 1)
+                tiling.add_mask(s, qs, qe, ks, ke, n)
+            m_new = torch.maximum(m[:n], s.amax(dim=-1, keepdim=True))  # (n, r*bq, 1)
             m_safe = m_new.masked_fill(m_new == -math.inf, 0.0) if needs_mask else m_new
-            alpha = torch.exp2(m - m_safe)  # rescales what was summed under the old maximum
-            p = s.sub_(m_safe).exp2_()  # (N, bq, bk), 2^(s - m), in place of the scores
-            l.mul_(alpha).add_(p.sum(dim=-1, keepdim=True))
-            acc.mul_(alpha).baddbmm_(p, v[:, ks:ke])  # acc = alpha * acc + p @ v
-            m = m_new
-        has_key = l > 0  # (N, bq, 1); False for a query that saw no key
-        out[:, qs:qe] = acc.div_(torch.where(has_key, l, torch.ones_like(l)))  # 0 if no key
-        lse[:, qs:qe] = torch.where(has_key, m + torch.log2(l), lse[:, qs:qe])
+            alpha = torch.exp2(m[:n] - m_safe)  # rescales what was summed under the old max
+            p = s.sub_(m_safe).exp2_()  # (n, r*bq, bk), 2^(s - m), in place of the scores
+            l[:n].mul_(alpha).add_(p.sum(dim=-1, keepdim=True))
+            if tiling.keep is not None:  # dropout on the weights, after the softmax's sum
+                p = tiling.drop(p, qs, qe, ks, ke)
+            acc[:n].mul_(alpha).baddbmm_(p, v[:n, ks:ke])  # acc = alpha * acc + p @ v
+            m[:n] = m_new
+        has_key = l > 0  # (N, r*bq, 1); False for a query that saw no key
+        o = acc.div_(torch.where(has_key, l, torch.ones_like(l)))  # 0 if no key
+        out[:, :, qs:qe] = o.view(N, r, qe - qs, dv)
+        lse[:, :, qs:qe] = torch.where(has_key, m + torch.log2(l),
+                                       math.inf).view(N, r, qe - qs, 1)
     return out, lse
 
 
@@ -252,45 +333,102 @@ def _backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, d_out: 
     ``q``, ``c`` and ``lse`` as in :func:`_forward`. With ``P = softmax(S)``, ``dV = P^T dO``,
     ``dP = dO V^T``, ``dS = P * (dP - D)`` with ``D = rowsum(dO * O)``, and ``S = scale Q K^T``
     gives ``dQ = scale dS K`` and ``dK = scale dS^T Q``; the caller applies the ``scale``.
+    With dropout mask ``Z``, ``P`` becomes ``P * Z / (1 - p)`` in ``dV`` and ``dP`` is
+    multiplied by ``Z / (1 - p)``. The ``r`` stacked heads add their ``dK``, ``dV`` into the
+    shared key/value head.
     """
-    N, Q, _ = q.shape
+    N, r, Q, _ = q.shape
     bs = tiling.bs
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
-    delta = (d_out * out).sum(dim=-1, keepdim=True)  # (N, Q, 1), D_i = dO_i . O_i
+    delta = (d_out * out).sum(dim=-1, keepdim=True)  # (N, r, Q, 1), D_i = dO_i . O_i
     for qs in range(0, Q, bs):
         qe = min(qs + bs, Q)
-        q_blk, do_blk = q[:, qs:qe] * c, d_out[:, qs:qe]  # (N, bq, d), (N, bq, v)
-        for ks, ke, needs_mask in tiling.blocks(qs, qe):
-            s = torch.bmm(q_blk, k[:, ks:ke].transpose(-2, -1))  # (N, bq, bk), recomputed
+        rows = r * (qe - qs)
+        q_blk = (q[:, :, qs:qe] * c).reshape(N, rows, -1)  # (N, r*bq, d)
+        do_blk = d_out[:, :, qs:qe].reshape(N, rows, -1)  # (N, r*bq, v)
+        lse_blk = lse[:, :, qs:qe].reshape(N, rows, 1)
+        delta_blk = delta[:, :, qs:qe].reshape(N, rows, 1)
+        dq_blk = torch.zeros_like(q_blk)  # (N, r*bq, d)
+        for ks, ke, needs_mask, n in tiling.blocks(qs, qe):
+            s = torch.bmm(q_blk[:n], k[:n, ks:ke].transpose(-2, -1))  # (n, r*bq, bk), again
             if needs_mask:
-                s.add_(tiling.bias(qs, qe, ks, ke, s.dtype))
-            p = s.sub_(lse[:, qs:qe]).exp2_()  # softmax weights of the tile; 0 where masked
-            dv[:, ks:ke].baddbmm_(p.transpose(-2, -1), do_blk)  # dV += P^T dO
-            dp = torch.bmm(do_blk, v[:, ks:ke].transpose(-2, -1))  # (N, bq, bk), dO V^T
-            ds = dp.sub_(delta[:, qs:qe]).mul_(p)  # dS = P * (dP - D)
-            dq[:, qs:qe].baddbmm_(ds, k[:, ks:ke])  # dQ += dS K
-            dk[:, ks:ke].baddbmm_(ds.transpose(-2, -1), q_blk)  # dK += dS^T Q
+                tiling.add_mask(s, qs, qe, ks, ke, n)
+            p = s.sub_(lse_blk[:n]).exp2_()  # softmax weights of the tile; 0 where masked
+            p_drop = p if tiling.keep is None else tiling.drop(p, qs, qe, ks, ke)
+            dv[:n, ks:ke].baddbmm_(p_drop.transpose(-2, -1), do_blk[:n])  # dV += P^T dO
+            dp = torch.bmm(do_blk[:n], v[:n, ks:ke].transpose(-2, -1))  # (n, r*bq, bk), dO V^T
+            if tiling.keep is not None:
+                dp = tiling.drop(dp, qs, qe, ks, ke)
+            ds = dp.sub_(delta_blk[:n]).mul_(p)  # dS = P * (dP - D)
+            dq_blk[:n].baddbmm_(ds, k[:n, ks:ke])  # dQ += dS K
+            dk[:n, ks:ke].baddbmm_(ds.transpose(-2, -1), q_blk[:n])  # dK += dS^T Q
+        dq[:, :, qs:qe] = dq_blk.view(N, r, qe - qs, -1)
     return dq, dk, dv
 
 
 class _FlashAttentionFn(torch.autograd.Function):
-    """Autograd wrapper: saves the inputs, the output and the log-sum-exp, nothing ``Q x K``."""
+    """Autograd wrapper: saves the inputs, the output and the log-sum-exp, nothing ``Q x K``.
+
+    16-bit inputs are computed in float32 (the running maximum, sum and output too) and the
+    output is rounded once at the end, as fused kernels do.
+    """
 
     @staticmethod
-    def forward(ctx, q, k, v, scale, tiling):  # q, k, v: (N, Q|K, d|v)
-        out, lse = _forward(q, k, v, scale * _LOG2_E, tiling)
+    def forward(ctx, q, k, v, scale, tiling):  # q (N, r, Q, d), k, v (N, K, d|v)
+        acc = _acc_dtype(q.dtype)
+        out, lse = _forward(q.to(acc), k.to(acc), v.to(acc), scale * _LOG2_E, tiling)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.scale, ctx.tiling = scale, tiling
-        return out
+        return out.to(q.dtype)
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx, d_out):
         q, k, v, out, lse = ctx.saved_tensors
-        scale = ctx.scale
-        dq, dk, dv = _backward(q, k, v, out, lse, d_out.contiguous(), scale * _LOG2_E,
-                               ctx.tiling)
-        return dq.mul_(scale), dk.mul_(1.0 / _LOG2_E), dv, None, None
+        # a Function of its own, so that differentiating the gradients raises (not silently
+        # dropping the second-order term, as a constant gradient would)
+        dq, dk, dv = _FlashAttentionBackwardFn.apply(q, k, v, out, lse, d_out, ctx.scale,
+                                                     ctx.tiling)
+        return dq, dk, dv, None, None
+
+
+class _FlashAttentionBackwardFn(torch.autograd.Function):
+    """The gradients of :class:`_FlashAttentionFn`; differentiating them again raises."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, out, lse, d_out, scale, tiling):
+        acc = _acc_dtype(q.dtype)
+        dq, dk, dv = _backward(q.to(acc), k.to(acc), v.to(acc), out, lse,
+                               d_out.to(acc).contiguous(), scale * _LOG2_E, tiling)
+        return (dq.mul_(scale).to(q.dtype), dk.mul_(1.0 / _LOG2_E).to(k.dtype),
+                dv.to(v.dtype))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError(
+            "flash_attention is differentiable once: its gradients have no gradient of their "
+            "own (double backward, e.g. a gradient penalty with create_graph=True). Use "
+            "DotProductAttention, or F.scaled_dot_product_attention's math backend, there.")
+
+
+def _shape_mask(mask: Tensor, q_lead: Tuple[int, ...], kv_lead: Tuple[int, ...], r: int,
+                enable_gqa: bool, Q: int, K: int, name: str) -> Tensor:
+    """A mask broadcastable to ``(*q_lead, Q, K)`` as a view broadcastable to
+    ``(*kv_lead, r, Q, K)`` (the query heads split into key/value heads and their ``r``
+    query heads), without copying it."""
+    full = (*q_lead, Q, K)
+    try:
+        ok = torch.broadcast_shapes(mask.shape, full) == full
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise ValueError(f"{name} of shape {tuple(mask.shape)} does not broadcast to "
+                         f"(B, ..., Q, K) = {full}")
+    mask = mask.view((1,) * (len(full) - mask.dim()) + tuple(mask.shape))
+    if not enable_gqa:
+        return mask.unsqueeze(-3)  # (*lead, 1, Q|1, K|1)
+    heads = mask.shape[-3]
+    split = (kv_lead[-1], r) if heads > 1 else (1, 1)
+    return mask.view(*mask.shape[:-3], *split, *mask.shape[-2:])  # (*kv_lead, r, Q|1, K|1)
 
 
 def flash_attention(
@@ -299,47 +437,72 @@ def flash_attention(
     values: Tensor,
     *,
     valid_lens: Optional[ValidLens] = None,
+    attn_mask: Optional[Tensor] = None,
     is_causal: bool = False,
-    window: Optional[int] = None,
+    window: Optional[Window] = None,
     scale: Optional[float] = None,
+    dropout_p: float = 0.0,
+    enable_gqa: bool = False,
     block_size: int = DEFAULT_BLOCK_SIZE,
 ) -> Tensor:
     r"""Exact scaled dot-product attention, computed tile by tile with the online softmax.
 
     .. math:: \mathrm{softmax}\!\left(s\, Q K^\top + M\right) V, \qquad s = 1/\sqrt d,
-              \quad M_{ij} \in \{0, -\infty\}
+              \quad M_{ij} \in \{0, -\infty\} \text{ (or a float bias)}
 
     Queries and keys are cut into blocks of ``block_size``; each query block keeps a running
     maximum, a running sum and a running output, rescaled as each key block arrives, so no more
     than one ``(B*..., block_size, block_size)`` tile of scores exists at a time (extra memory
-    ``O(block_size**2 + Q*d)`` per head, never ``O(Q*K)``). Tiles that the mask hides entirely
-    (causal, window, ``valid_lens``) are skipped. The backward pass (FlashAttention-2) keeps only
-    the output and the log-sum-exp of each query's scores and recomputes the tiles.
+    ``O(block_size**2 + Q*d)`` per head, never ``O(Q*K)``, except for dropout's mask). Tiles that
+    the rule-based masks hide entirely (causal, window) are skipped; with ``valid_lens`` the
+    rows are sorted by length (a copy of the inputs, unless they already come longest first)
+    and a tile is computed only for the rows whose valid keys reach it, so a short sequence
+    batched with a long one skips the long one's tiles (see :func:`tile_schedule`). The backward pass (FlashAttention-2) keeps only the output and
+    the log-sum-exp of each query's scores and recomputes the tiles. 16-bit inputs are
+    computed in float32 and rounded once, at the end.
 
     Args:
         queries: ``(B, ..., Q, d)`` float.
-        keys: ``(B, ..., K, d)`` float, the same leading axes and dtype as ``queries``.
+        keys: ``(B, ..., K, d)`` float, the same leading axes and dtype as ``queries`` (with
+            ``enable_gqa``, ``g`` heads on axis -3 where the queries have ``h``).
         values: ``(B, ..., K, v)`` float, the rows of ``keys``, the same dtype.
         valid_lens: keyword-only; ``None``, ``(B,)`` or ``(B, Q)`` integers in ``[0, K]``: each
             query sees only the first ``valid_lens`` keys (middle axes broadcast).
+        attn_mask: keyword-only; ``None``, a bool mask (True = may attend) or a float mask
+            added to the scaled scores (SDPA's ``attn_mask``, e.g. an ALiBi bias), broadcastable
+            to ``(B, ..., Q, K)``. Every tile is then computed (no skipping from it); a float
+            mask gets no gradient.
         is_causal: keyword-only; query ``i`` sees key ``j`` only if ``j <= i + (K - Q)``
-            (lower-right aligned, as ``torch.nn.attention.bias.causal_lower_right``).
-        window: keyword-only; ``None`` or an integer ``w >= 0``: query ``i`` sees key ``j``
-            only if ``|j - (i + K - Q)| <= w`` (sliding-window attention, see
-            :func:`local_attention`).
+            (lower-right aligned, as ``torch.nn.attention.bias.causal_lower_right``). For SDPA's
+            upper-left ``is_causal`` with ``Q != K``, pass
+            ``attn_mask=causal_mask(Q, K, alignment="upper_left")`` instead.
+        window: keyword-only; ``None``, an integer ``w >= 0`` or a pair ``(left, right)``:
+            query ``i`` sees key ``j`` only if ``i' - left <= j <= i' + right`` with
+            ``i' = i + K - Q`` (``w`` means ``(w, w)``; ``None`` or ``-1`` for an unbounded
+            side, as FlashAttention's ``window_size``). See :func:`local_attention`.
         scale: keyword-only factor of the scores; ``None`` means ``1 / sqrt(d)``.
+        dropout_p: keyword-only probability of zeroing a weight (after the softmax), in
+            ``[0, 1)``, applied whenever it is positive (as SDPA). The keep mask is drawn as
+            SDPA's math backend draws it, one Bernoulli per ``(B, ..., Q, K)`` entry from the
+            default generator, so the same seed gives the same result; it is stored, one byte
+            per entry, until the backward pass.
+        enable_gqa: keyword-only; grouped-query attention as in SDPA: ``h`` query heads
+            (axis -3) share ``g`` key/value heads, ``h`` a multiple of ``g``; query head ``i``
+            reads key/value head ``i // (h / g)``. No copy of the keys or values is made.
         block_size: keyword-only tile size (queries and keys), a positive integer.
 
     Returns:
-        ``(B, ..., Q, v)``, equal (up to rounding) to
-        ``F.scaled_dot_product_attention`` with the same mask, and zero for a query that may
-        see no key. Differentiable with respect to ``queries``, ``keys`` and ``values``
-        (not twice). The inputs are never modified.
+        ``(B, ..., Q, v)``, equal (up to rounding) to ``F.scaled_dot_product_attention`` with
+        the same mask, and zero for a query that may see no key. An empty result for ``Q = 0``
+        and zeros for ``K = 0``, as SDPA. Differentiable with respect to ``queries``,
+        ``keys`` and ``values`` once: differentiating the gradients again raises a
+        ``RuntimeError``. The inputs are never modified.
 
     Raises:
         ValueError: on non-float or mismatched inputs (shapes, dtypes, devices), bad
-            ``valid_lens``, a negative or non-integer ``window``, a non-positive ``scale`` or
-            ``block_size``.
+            ``valid_lens``, an ``attn_mask`` that is neither bool nor float or does not
+            broadcast, a bad ``window``, a non-positive ``scale`` or ``block_size``, a
+            ``dropout_p`` outside ``[0, 1)``, or head counts that do not divide.
 
     Example:
         >>> q, k, v = torch.randn(2, 4, 5, 8), torch.randn(2, 4, 7, 8), torch.randn(2, 4, 7, 3)
@@ -354,37 +517,58 @@ def flash_attention(
     Source: Milakov and Gimelshein (2018) (online softmax); Dao et al. (2022), algorithm 1, and
     Dao (2023), algorithms 1 and 2 (FlashAttention, FlashAttention-2); book chapter 9.
     """
-    check_qkv(queries, keys, values, same_size=True)
-    if not queries.dtype == keys.dtype == values.dtype:
-        raise ValueError(f"queries, keys and values must have the same dtype, got "
-                         f"{queries.dtype}, {keys.dtype} and {values.dtype}")
-    if not queries.device == keys.device == values.device:
-        raise ValueError("queries, keys and values must be on the same device")
-    if not isinstance(is_causal, bool):
-        raise ValueError(f"is_causal must be a bool, got {is_causal!r}")
-    _check_options(window, scale, block_size)
-    *lead, Q, d = queries.shape
-    K = keys.shape[-2]
-    B, heads = lead[0], math.prod(lead[1:])  # heads: the product of the middle axes
-    lens = None
+    r = check_sdpa_inputs(queries, keys, values, enable_gqa=enable_gqa)
+    check_bool(is_causal=is_causal)
+    window = check_window(window)
+    check_scale(scale)
+    check_positive_ints(block_size=block_size)
+    check_dropout(dropout_p, "dropout_p")
+    *q_lead, Q, d = queries.shape
+    *kv_lead, K, _ = keys.shape
+    dv = values.shape[-1]
+    B, N = q_lead[0], math.prod(kv_lead)
+    bool_mask, float_mask = split_attn_mask(attn_mask, Q, K)
+    attn = bool_mask if bool_mask is not None else float_mask
+    if attn is not None:
+        if attn.requires_grad:
+            raise ValueError("flash_attention gives no gradient to attn_mask; use "
+                             "DotProductAttention for a learned bias")
+        attn = _shape_mask(attn.to(queries.device), tuple(q_lead), tuple(kv_lead), r,
+                           enable_gqa, Q, K, "attn_mask")
+    keep = None
+    if dropout_p > 0:  # SDPA's math backend: one Bernoulli draw over the (..., Q, K) weights
+        keep = torch.empty((*q_lead, Q, K), dtype=torch.bool, device=queries.device)
+        keep = keep.bernoulli_(1.0 - dropout_p).view(*kv_lead, r, Q, K)
+    # 1. flatten the leading axes: (B, ..., n, size) -> (N, [r,] n, size)
+    q = queries.reshape(N, r, Q, d)  # (N, r, Q, d): the r query heads of each key/value head
+    k = keys.reshape(N, K, d)  # (N, K, d)
+    v = values.reshape(N, K, dv)  # (N, K, v)
+    lens, order = None, None
     if valid_lens is not None:
-        lens = _check_lens(valid_lens, B, Q, K).to(queries.device)
-        lens = lens.repeat_interleave(heads, dim=0)  # (B*heads,) or (B*heads, Q)
-    # 1. flatten the leading axes: (B, ..., n, size) -> (N, n, size)
-    q = queries.reshape(-1, Q, d)  # (N, Q, d)
-    k = keys.reshape(-1, K, d)  # (N, K, d)
-    v = values.reshape(-1, K, values.shape[-1])  # (N, K, v)
-    tiling = _Tiling(q.shape[0], Q, K, lens, is_causal, window, block_size, queries.device)
+        lens = check_valid_lens(valid_lens, B, Q, K).to(queries.device)
+        lens = lens.repeat_interleave(N // B if B else 0, dim=0)  # (N,) or (N, Q)
+        if attn is None and keep is None:  # sort the rows by length: tiles for the long ones
+            row_hi = lens if lens.dim() == 1 else lens.amax(dim=1) if Q else lens.sum(dim=1)
+            order = torch.argsort(row_hi, descending=True, stable=True)
+            if bool((order == torch.arange(N, device=order.device)).all()):
+                order = None  # already sorted: no copy
+            else:
+                q, k, v, lens = q[order], k[order], v[order], lens[order]
+    tiling = _Tiling(N, Q, K, lens, is_causal, window, block_size, queries.device, r=r,
+                     kv_lead=tuple(kv_lead), attn=attn, keep=keep, dropout_p=dropout_p)
     # 2. attend, block by block (forward here, backward in _FlashAttentionFn)
-    out = _FlashAttentionFn.apply(q, k, v, 1.0 / math.sqrt(d) if scale is None else scale, tiling)
-    return out.reshape(*lead, Q, values.shape[-1])  # (B, ..., Q, v)
+    out = _FlashAttentionFn.apply(q, k, v, 1.0 / math.sqrt(d) if scale is None else scale,
+                                  tiling)  # (N, r, Q, v)
+    if order is not None:
+        out = out[torch.argsort(order)]  # back to the callers' row order
+    return out.reshape(*q_lead, Q, dv)  # (B, ..., Q, v)
 
 
 def local_attention(
     queries: Tensor,
     keys: Tensor,
     values: Tensor,
-    window: int,
+    window: Window,
     *,
     valid_lens: Optional[ValidLens] = None,
     is_causal: bool = False,
@@ -406,7 +590,8 @@ def local_attention(
         queries: ``(B, ..., Q, d)`` float.
         keys: ``(B, ..., K, d)`` float.
         values: ``(B, ..., K, v)`` float.
-        window: ``w``, a non-negative integer (0 = each query sees only its own position).
+        window: ``w``, a non-negative integer (0 = each query sees only its own position), or
+            ``(left, right)`` for a window that is not centred (see :func:`flash_attention`).
         valid_lens, is_causal, scale, block_size: as in :func:`flash_attention`.
 
     Returns:
@@ -427,44 +612,53 @@ def local_attention(
     Luong, Pham and Manning (2015), section 3.2 (local attention); book chapter 9.
     """
     if window is None:
-        raise ValueError("window must be a non-negative integer, got None")
+        raise ValueError("window must be a non-negative integer or a pair (left, right), "
+                         "got None")
     return flash_attention(queries, keys, values, valid_lens=valid_lens, is_causal=is_causal,
                            window=window, scale=scale, block_size=block_size)
 
 
-def sliding_window_mask(num_queries: int, num_keys: int, window: Optional[int] = None, *,
+def sliding_window_mask(num_queries: int, num_keys: int, window: Optional[Window] = None, *,
                         is_causal: bool = False) -> Tensor:
     """The boolean mask of :func:`flash_attention`'s ``window`` and ``is_causal`` options.
 
     Args:
         num_queries: Q, a positive integer.
         num_keys: K, a positive integer.
-        window: ``None`` (no window) or ``w >= 0``: query ``i`` may see key ``j`` only if
-            ``|j - (i + K - Q)| <= w``.
+        window: ``None`` (no window), ``w >= 0``: query ``i`` may see key ``j`` only if
+            ``|j - (i + K - Q)| <= w``, or ``(left, right)``: only if
+            ``-left <= j - (i + K - Q) <= right`` (``None`` or ``-1``: that side unbounded).
         is_causal: keyword-only; also require ``j <= i + K - Q`` (lower-right aligned).
 
     Returns:
         bool ``(Q, K)``, True = may attend (``F.scaled_dot_product_attention``'s convention).
 
     Raises:
-        ValueError: if a size is not a positive integer or ``window`` is negative.
+        ValueError: if a size is not a positive integer or ``window`` is not a window.
 
     Example:
         >>> sliding_window_mask(3, 5, window=1, is_causal=True).int()
         tensor([[0, 1, 1, 0, 0],
                 [0, 0, 1, 1, 0],
                 [0, 0, 0, 1, 1]], dtype=torch.int32)
+        >>> sliding_window_mask(3, 5, window=(0, 1)).int()  # the diagonal and one key after
+        tensor([[0, 0, 1, 1, 0],
+                [0, 0, 0, 1, 1],
+                [0, 0, 0, 0, 1]], dtype=torch.int32)
 
-    Source: Beltagy, Peters and Cohan (2020), "Longformer", figure 2(b); book chapter 9.
+    Source: Beltagy, Peters and Cohan (2020), "Longformer", figure 2(b); the ``window_size``
+    of Dao's FlashAttention package; book chapter 9.
     """
     check_positive_ints(num_queries=num_queries, num_keys=num_keys)
-    _check_options(window, None, 1)
-    tiling = _Tiling(1, num_queries, num_keys, None, is_causal, window, 1, torch.device("cpu"))
+    check_bool(is_causal=is_causal)
+    tiling = _Tiling(1, num_queries, num_keys, None, is_causal, check_window(window), 1,
+                     torch.device("cpu"))
     return tiling.mask(0, num_queries, 0, num_keys)[0]  # (Q, K)
 
 
 def tile_schedule(num_queries: int, num_keys: int, *, block_size: int = DEFAULT_BLOCK_SIZE,
-                  is_causal: bool = False, window: Optional[int] = None) -> Tensor:
+                  is_causal: bool = False, window: Optional[Window] = None,
+                  valid_lens: Optional[ValidLens] = None) -> Tensor:
     """Which tiles :func:`flash_attention` computes for a mask, one entry per tile.
 
     Args:
@@ -472,31 +666,52 @@ def tile_schedule(num_queries: int, num_keys: int, *, block_size: int = DEFAULT_
         num_keys: K, a positive integer.
         block_size: keyword-only; the tile side ``b`` (queries and keys), a positive integer.
         is_causal: keyword-only; lower-right aligned causal mask, as in :func:`flash_attention`.
-        window: keyword-only; ``None`` or ``w >= 0``, the sliding window of :func:`flash_attention`.
+        window: keyword-only; ``None``, ``w >= 0`` or ``(left, right)``, the sliding window of
+            :func:`flash_attention`.
+        valid_lens: keyword-only; ``None``, or ``(B,)`` or ``(B, Q)`` integers in ``[0, K]``:
+            then one map per sequence (each sequence skips the tiles beyond its own keys).
 
     Returns:
-        int64 ``(ceil(Q / b), ceil(K / b))``: 0 = skipped (every entry masked), 1 = computed with
-        a mask, 2 = computed in full (no entry masked).
+        int64 ``(ceil(Q / b), ceil(K / b))``, or ``(B, ceil(Q / b), ceil(K / b))`` with
+        ``valid_lens``: 0 = skipped (every entry masked), 1 = computed with a mask,
+        2 = computed in full (no entry masked).
 
     Raises:
-        ValueError: if a size is not a positive integer or ``window`` is negative.
+        ValueError: if a size is not a positive integer, ``window`` is not a window or
+            ``valid_lens`` is bad.
 
     Example:
         >>> tile_schedule(4, 4, block_size=2, is_causal=True)
         tensor([[1, 0],
                 [2, 1]])
+        >>> tile_schedule(4, 4, block_size=2, valid_lens=torch.tensor([4, 1]))
+        tensor([[[2, 2],
+                 [2, 2]],
+        <BLANKLINE>
+                [[1, 0],
+                 [1, 0]]])
 
     Source: Dao (2023), FlashAttention-2, section 3.1 (skipping masked blocks); book chapter 9.
     """
-    check_positive_ints(num_queries=num_queries, num_keys=num_keys)
-    _check_options(window, None, block_size)
-    if not isinstance(is_causal, bool):
-        raise ValueError(f"is_causal must be a bool, got {is_causal!r}")
-    tiling = _Tiling(1, num_queries, num_keys, None, is_causal, window, block_size,
-                     torch.device("cpu"))
-    grid = torch.zeros(-(-num_queries // block_size), -(-num_keys // block_size), dtype=torch.long)
-    for qi, qs in enumerate(range(0, num_queries, block_size)):
-        for ks, _, needs_mask in tiling.blocks(qs, min(qs + block_size, num_queries)):
+    check_positive_ints(num_queries=num_queries, num_keys=num_keys, block_size=block_size)
+    check_bool(is_causal=is_causal)
+    window = check_window(window)
+    if valid_lens is None:
+        return _tile_grid(num_queries, num_keys, block_size, is_causal, window, None)
+    B = as_valid_lens(valid_lens).shape[0] if as_valid_lens(valid_lens).dim() else -1
+    lens = check_valid_lens(valid_lens, B, num_queries, num_keys)
+    return torch.stack([_tile_grid(num_queries, num_keys, block_size, is_causal, window,
+                                   row[None]) for row in lens])  # (B, nQ, nK)
+
+
+def _tile_grid(Q: int, K: int, block_size: int, is_causal: bool,
+               window: Optional[Tuple[Optional[int], Optional[int]]],
+               lens: Optional[Tensor]) -> Tensor:
+    """The tile map of one row (``lens`` ``None``, ``(1,)`` or ``(1, Q)``)."""
+    tiling = _Tiling(1, Q, K, lens, is_causal, window, block_size, torch.device("cpu"))
+    grid = torch.zeros(-(-Q // block_size), -(-K // block_size), dtype=torch.long)
+    for qi, qs in enumerate(range(0, Q, block_size)):
+        for ks, _, needs_mask, _ in tiling.blocks(qs, min(qs + block_size, Q)):
             grid[qi, ks // block_size] = 1 if needs_mask else 2
     return grid
 
@@ -512,8 +727,11 @@ class GroupedQueryAttention(nn.Module):
     ``F.scaled_dot_product_attention(..., enable_gqa=True)``). ``num_kv_heads == num_heads`` is
     ordinary multi-head attention (:class:`~d2lattn.MultiHeadAttention` with the same weights
     gives the same output); ``num_kv_heads == 1`` is multi-query attention. The keys and values a
-    decoder caches shrink by the factor ``r``: see :meth:`kv_cache_bytes`. The attention itself
-    is :func:`flash_attention` (no dropout, no stored weights).
+    decoder caches shrink by the factor ``r`` (see :meth:`kv_cache_bytes` and the ``kv_cache``
+    option), and so do the keys and values saved for the backward pass: the attention is
+    :func:`flash_attention` with ``enable_gqa=True``, whose ``r`` query heads read their shared
+    key/value head in one matrix product, never a copy of it per query head (no dropout, no
+    stored weights).
 
     Args:
         num_hiddens: total size of the query heads, ``num_heads * d_h``.
@@ -528,13 +746,18 @@ class GroupedQueryAttention(nn.Module):
         num_kv_heads * d_h)``; W_o: ``nn.Linear(num_hiddens, num_hiddens)``.
 
     Shapes (``forward``):
-        queries ``(B, Q, query_size)``, keys ``(B, K, key_size)``, values ``(B, K, value_size)``;
-        ``valid_lens`` ``None``, ``(B,)`` or ``(B, Q)``; keyword-only ``is_causal``.
-        Returns ``(B, Q, num_hiddens)``.
+        queries ``(B, Q, query_size)``, keys ``(B, K, key_size)``, values ``(B, K, value_size)``
+        of the parameters' dtype; ``valid_lens`` ``None``, ``(B,)`` or ``(B, Q)``.
+        Keyword-only: ``attn_mask`` (bool or float, as in :func:`flash_attention`, over the
+        ``h`` query heads: ``(Q, K)``, ``(B, 1|h, Q, K)``), ``is_causal`` and ``kv_cache``
+        (a :class:`~d2lattn.KVCache`: the new keys and values ``(B, g, K_new, d_h)`` are
+        appended to it and attention runs over all it holds; a chunk of several queries needs
+        ``is_causal=True`` or an ``attn_mask``). Returns ``(B, Q, num_hiddens)``.
 
     Raises:
         ValueError: at construction if a size is not a positive integer or does not divide as
-            required; in ``forward`` on mismatched shapes or bad ``valid_lens``.
+            required; in ``forward`` on mismatched shapes or dtypes, bad ``valid_lens`` or
+            masks, or a ``kv_cache`` with ``is_causal=False`` and several new queries.
 
     Example:
         >>> gqa = GroupedQueryAttention(num_hiddens=16, num_heads=4, num_kv_heads=2)
@@ -602,22 +825,28 @@ class GroupedQueryAttention(nn.Module):
         values: Tensor,
         valid_lens: Optional[ValidLens] = None,
         *,
+        attn_mask: Optional[Tensor] = None,
         is_causal: bool = False,
+        kv_cache: Optional[_KVCacheLike] = None,
     ) -> Tensor:
         check_qkv(queries, keys, values, same_size=False, query_size=self.W_q.in_features,
                   key_size=self.W_k.in_features, value_size=self.W_v.in_features)
         if queries.dim() != 3:
             raise ValueError(f"queries must have shape (B, Q, query_size), "
                              f"got {tuple(queries.shape)}")
-        r = self.num_heads // self.num_kv_heads
+        for name, t in (("queries", queries), ("keys", keys), ("values", values)):
+            check_input_dtype(name, t, self.W_q.weight.dtype)
+        check_bool(is_causal=is_causal)
+        check_kv_cache_chunk(kv_cache, is_causal, attn_mask, queries.shape[1])
         # 1. project: h query heads, g key/value heads
         q = self._split(self.W_q(queries), self.num_heads)  # (B, h, Q, d_h)
-        k = self._split(self.W_k(keys), self.num_kv_heads)  # (B, g, K, d_h)
-        v = self._split(self.W_v(values), self.num_kv_heads)  # (B, g, K, d_h)
-        # 2. every group of r query heads reads the same key/value head
-        k = k.repeat_interleave(r, dim=1)  # (B, h, K, d_h)
-        v = v.repeat_interleave(r, dim=1)  # (B, h, K, d_h)
-        heads = flash_attention(q, k, v, valid_lens=valid_lens, is_causal=is_causal,
+        k = self._split(self.W_k(keys), self.num_kv_heads)  # (B, g, K_new, d_h)
+        v = self._split(self.W_v(values), self.num_kv_heads)  # (B, g, K_new, d_h)
+        if kv_cache is not None:
+            k, v = kv_cache.update(k, v)  # (B, g, K, d_h): the cache holds g heads, not h
+        # 2. every group of r = h / g query heads reads the same key/value head (no copies)
+        heads = flash_attention(q, k, v, valid_lens=valid_lens, attn_mask=attn_mask,
+                                is_causal=is_causal, enable_gqa=True,
                                 block_size=self.block_size)  # (B, h, Q, d_h)
         # 3. concatenate the heads and mix them
         B, _, Q, _ = heads.shape

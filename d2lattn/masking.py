@@ -22,29 +22,14 @@ pooled output for it is the zero vector. Never NaN, in the forward or the backwa
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Union
+from typing import Optional, Union
 
 import torch
 from torch import Tensor
 
+from ._checks import ValidLens, as_valid_lens, check_non_negative_ints, check_valid_lens_range
+
 __all__ = ["causal_mask", "masked_softmax", "valid_lens_to_mask"]
-
-ValidLens = Union[Tensor, Sequence[int]]
-
-
-def _as_valid_lens(valid_lens: ValidLens) -> Tensor:
-    """Turn ``valid_lens`` into an integer tensor, or raise ``ValueError``."""
-    if not isinstance(valid_lens, Tensor):
-        try:
-            valid_lens = torch.as_tensor(valid_lens)
-        except (TypeError, ValueError, RuntimeError) as err:
-            raise ValueError(
-                f"valid_lens must be an integer tensor of shape (B,) or (B, Q); got {valid_lens!r}"
-            ) from err
-    if valid_lens.dtype == torch.bool or valid_lens.is_floating_point() or valid_lens.is_complex():
-        raise ValueError(f"valid_lens must have an integer dtype, got {valid_lens.dtype}")
-    return valid_lens
-
 
 def valid_lens_to_mask(valid_lens: ValidLens, num_queries: int, num_keys: int) -> Tensor:
     """Turn valid lengths into a boolean mask (True = may attend).
@@ -70,7 +55,7 @@ def valid_lens_to_mask(valid_lens: ValidLens, num_queries: int, num_keys: int) -
 
     Source: the ``valid_lens`` convention of d2l.ai, section 11.3 (masked softmax).
     """
-    valid_lens = _as_valid_lens(valid_lens)
+    valid_lens = as_valid_lens(valid_lens)
     if valid_lens.dim() == 2:
         if valid_lens.shape[1] != num_queries:
             raise ValueError(
@@ -84,19 +69,17 @@ def valid_lens_to_mask(valid_lens: ValidLens, num_queries: int, num_keys: int) -
         raise ValueError(
             f"valid_lens must have shape (B,) or (B, Q), got shape {tuple(valid_lens.shape)}"
         )
-    if valid_lens.numel() > 0:
-        lo, hi = int(valid_lens.min()), int(valid_lens.max())
-        if lo < 0 or hi > num_keys:
-            raise ValueError(
-                f"valid_lens entries must lie in [0, {num_keys}] (the number of keys); "
-                f"got values in [{lo}, {hi}]"
-            )
+    check_valid_lens_range(valid_lens, num_keys)
     positions = torch.arange(num_keys, device=valid_lens.device)  # (K,)
     return positions < lens  # (B, 1 or Q, K)
 
 
 def causal_mask(
-    num_queries: int, num_keys: int, *, device: Optional[Union[torch.device, str]] = None
+    num_queries: int,
+    num_keys: int,
+    *,
+    device: Optional[Union[torch.device, str]] = None,
+    alignment: str = "lower_right",
 ) -> Tensor:
     """The causal (look-ahead) mask, lower-right aligned: True where a query may attend.
 
@@ -106,19 +89,27 @@ def causal_mask(
     ``K - Q`` positions are already known (a KV cache), so every query sees the whole cache.
     For ``Q > K`` the first ``Q - K`` queries see no key at all (their rows are all False;
     :func:`masked_softmax` gives them zero weights). This is
-    ``torch.nn.attention.bias.causal_lower_right``.
+    ``torch.nn.attention.bias.causal_lower_right``, the rule of every ``is_causal`` in d2lattn.
+
+    ``alignment="upper_left"`` gives instead ``j <= i`` whatever ``K - Q`` is: the mask of
+    ``F.scaled_dot_product_attention(is_causal=True)`` and
+    ``torch.nn.attention.bias.causal_upper_left``. The two agree when ``Q == K``; to get
+    SDPA's behaviour for ``Q != K`` from a d2lattn layer, pass this mask as ``attn_mask``
+    (with ``is_causal=False``).
 
     Args:
         num_queries: Q, the number of queries (rows), a non-negative integer.
         num_keys: K, the number of keys (columns), a non-negative integer.
         device: keyword-only; where to build the mask (default: the CPU).
+        alignment: keyword-only; ``"lower_right"`` (default) or ``"upper_left"``.
 
     Returns:
-        bool tensor of shape ``(Q, K)``; entry ``[i, j]`` is ``j <= i + (K - Q)``. It
-        broadcasts against scores of shape ``(B, ..., Q, K)``.
+        bool tensor of shape ``(Q, K)``; entry ``[i, j]`` is ``j <= i + (K - Q)``
+        (``j <= i`` for ``"upper_left"``). It broadcasts against scores ``(B, ..., Q, K)``.
 
     Raises:
-        ValueError: if ``num_queries`` or ``num_keys`` is not a non-negative integer.
+        ValueError: if ``num_queries`` or ``num_keys`` is not a non-negative integer, or
+            ``alignment`` is not one of the two names.
 
     Example:
         >>> causal_mask(3, 3).int()
@@ -128,16 +119,20 @@ def causal_mask(
         >>> causal_mask(2, 4).int()  # two new queries after two cached positions
         tensor([[1, 1, 1, 0],
                 [1, 1, 1, 1]], dtype=torch.int32)
+        >>> causal_mask(2, 4, alignment="upper_left").int()  # SDPA's is_causal=True
+        tensor([[1, 0, 0, 0],
+                [1, 1, 0, 0]], dtype=torch.int32)
 
     Source: Vaswani et al. (2017), section 3.2.3 (masking out illegal connections in the
     decoder); the lower-right alignment of ``torch.nn.attention.bias.causal_lower_right``.
     """
-    for name, value in (("num_queries", num_queries), ("num_keys", num_keys)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    check_non_negative_ints(num_queries=num_queries, num_keys=num_keys)
+    if alignment not in ("lower_right", "upper_left"):
+        raise ValueError(f"alignment must be 'lower_right' or 'upper_left', got {alignment!r}")
+    offset = num_keys - num_queries if alignment == "lower_right" else 0
     rows = torch.arange(num_queries, device=device)[:, None]  # (Q, 1)
     cols = torch.arange(num_keys, device=device)  # (K,)
-    return cols <= rows + (num_keys - num_queries)  # (Q, K)
+    return cols <= rows + offset  # (Q, K)
 
 
 def _softmax_into(X: Tensor) -> Tensor:
@@ -212,7 +207,7 @@ def masked_softmax(
             raise ValueError(
                 f"with valid_lens, X must have shape (B, ..., Q, K), got shape {tuple(X.shape)}"
             )
-        lens = _as_valid_lens(valid_lens)
+        lens = as_valid_lens(valid_lens)
         if lens.shape[0] != X.shape[0]:
             raise ValueError(
                 f"valid_lens must have shape (B,) or (B, Q) with B = X.shape[0] = {X.shape[0]}, "

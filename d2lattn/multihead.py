@@ -7,9 +7,16 @@ from typing import Optional, Protocol, Tuple
 import torch
 from torch import Tensor, nn
 
-from .masking import ValidLens
+from ._checks import (
+    ValidLens,
+    check_bool,
+    check_input_dtype,
+    check_kv_cache_chunk,
+    check_positive_ints,
+    check_qkv,
+)
 from .positional import rotary_embedding
-from .scoring import DotProductAttention, check_positive_ints, check_qkv
+from .scoring import DotProductAttention
 
 
 class _KVCacheLike(Protocol):
@@ -59,15 +66,20 @@ class MultiHeadAttention(nn.Module):
         ``[0, K]``, shared by all heads. Returns ``(B, Q, num_hiddens)``.
 
     Keyword-only options (``forward``):
-        attn_mask: ``None`` or a bool mask, **True = may attend**: ``(Q, K)`` for every
-            sequence and head, ``(B, Q, K)`` per sequence (shared by the heads), or
-            ``(B, h, Q, K)`` (any of these axes may be 1). ``K`` counts the cached keys too.
+        attn_mask: ``None``; a bool mask, **True = may attend**; or a float mask added to
+            the scores (``nn.MultiheadAttention``'s float ``attn_mask``, e.g. an ALiBi bias
+            ``alibi_bias(h, Q, K)[None]``): ``(Q, K)`` for every sequence and head,
+            ``(B, Q, K)`` per sequence (shared by the heads), or ``(B, h, Q, K)`` (any of these
+            axes may be 1). ``K`` counts the cached keys too. (``nn.MultiheadAttention``'s
+            3-D mask is ``(B*h, Q, K)``: reshape it to ``(B, h, Q, K)``.)
         is_causal: query ``i`` sees key ``j`` only if ``j <= i + (K - Q)`` (lower-right
             aligned, so new queries after a cache see the whole cache).
         kv_cache: ``None`` or a cache such as :class:`d2lattn.KVCache`. The projected keys and
             values of this call, ``(B, h, K_new, d_h)``, are appended to it, and attention
             runs over everything it holds. Then ``valid_lens`` and ``attn_mask`` refer to all
-            ``K`` keys.
+            ``K`` keys. A chunk of several queries needs ``is_causal=True`` or an
+            ``attn_mask`` (otherwise the new positions would see each other's future).
+        scale: factor of the dot products; ``None`` means ``1 / sqrt(d_h)``.
 
         ``valid_lens``, ``attn_mask`` and ``is_causal`` combine with AND.
 
@@ -78,7 +90,9 @@ class MultiHeadAttention(nn.Module):
     Raises:
         ValueError: at construction if ``num_hiddens % num_heads != 0``, a size is not a
             positive integer, or ``rotary`` is set with an odd head size; in ``forward`` on
-            mismatched shapes, bad ``valid_lens`` or a bad ``attn_mask``.
+            mismatched shapes, inputs of another dtype than the parameters, bad
+            ``valid_lens``, a bad ``attn_mask``, or a ``kv_cache`` with ``is_causal=False``
+            and several queries without ``attn_mask``.
 
     Example:
         >>> mha = MultiHeadAttention(num_hiddens=16, num_heads=4)
@@ -161,11 +175,16 @@ class MultiHeadAttention(nn.Module):
         attn_mask: Optional[Tensor] = None,
         is_causal: bool = False,
         kv_cache: Optional[_KVCacheLike] = None,
+        scale: Optional[float] = None,
     ) -> Tensor:
         check_qkv(queries, keys, values, same_size=False, query_size=self.W_q.in_features,
                   key_size=self.W_k.in_features, value_size=self.W_v.in_features)
         if queries.dim() != 3:
             raise ValueError(f"queries must have shape (B, Q, query_size), got {tuple(queries.shape)}")
+        for name, t in (("queries", queries), ("keys", keys), ("values", values)):
+            check_input_dtype(name, t, self.W_q.weight.dtype)
+        check_bool(is_causal=is_causal)
+        check_kv_cache_chunk(kv_cache, is_causal, attn_mask, queries.shape[1])
         if attn_mask is not None and isinstance(attn_mask, Tensor) and attn_mask.dim() == 3:
             attn_mask = attn_mask.unsqueeze(1)  # (B, 1, Q, K): the same mask for every head
         # 1. project, then split the hidden axis into h contiguous blocks
@@ -188,6 +207,6 @@ class MultiHeadAttention(nn.Module):
             k, v = kv_cache.update(k, v)  # (B, h, K, d_h): the cache plus the new keys
         # 2. attend in every head at once; masks broadcast over the head axis
         heads = self.attention(q, k, v, valid_lens, attn_mask=attn_mask,
-                               is_causal=is_causal)  # (B, h, Q, d_h)
+                               is_causal=is_causal, scale=scale)  # (B, h, Q, d_h)
         # 3. concatenate the heads and mix them
         return self.W_o(self.merge_heads(heads))  # (B, Q, num_hiddens)

@@ -8,6 +8,8 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
+from ._checks import check_bool, check_dropout, check_non_negative_ints, check_positive_ints
+
 __all__ = [
     "sinusoidal_positional_encoding",
     "PositionalEncoding",
@@ -15,6 +17,7 @@ __all__ = [
     "LearnedPositionalEmbedding",
     "rotary_embedding",
     "alibi_bias",
+    "alibi_slopes",
 ]
 
 
@@ -47,9 +50,7 @@ def sinusoidal_positional_encoding(
 
     Source: Vaswani et al. (2017), section 3.5.
     """
-    for name, value in (("max_len", max_len), ("num_hiddens", num_hiddens)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    check_positive_ints(max_len=max_len, num_hiddens=num_hiddens)
     pos = torch.arange(max_len, dtype=torch.float64)[:, None]  # (max_len, 1)
     two_i = torch.arange(0, num_hiddens, 2, dtype=torch.float64)  # (ceil(d/2),)
     angles = pos / torch.pow(10000.0, two_i / num_hiddens)  # (max_len, ceil(d/2))
@@ -92,8 +93,7 @@ class PositionalEncoding(nn.Module):
 
     def __init__(self, num_hiddens: int, dropout: float = 0.0, max_len: int = 1000) -> None:
         super().__init__()
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must lie in [0, 1), got {dropout}")
+        check_dropout(dropout)
         self.dropout = nn.Dropout(dropout)
         self.register_buffer("P", sinusoidal_positional_encoding(max_len, num_hiddens),
                              persistent=False)
@@ -207,11 +207,8 @@ class LearnedPositionalEmbedding(nn.Module):
 
     def __init__(self, num_hiddens: int, dropout: float = 0.0, max_len: int = 1000) -> None:
         super().__init__()
-        for name, value in (("num_hiddens", num_hiddens), ("max_len", max_len)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must lie in [0, 1), got {dropout}")
+        check_positive_ints(num_hiddens=num_hiddens, max_len=max_len)
+        check_dropout(dropout)
         self.dropout = nn.Dropout(dropout)
         self.embedding = nn.Embedding(max_len, num_hiddens)
 
@@ -307,43 +304,94 @@ def rotary_embedding(
     return out  # (..., T, d)
 
 
-def alibi_bias(num_heads: int, num_queries: int, num_keys: int) -> Tensor:
-    r"""ALiBi: a per-head linear penalty on the distance between a query and an earlier key.
+def alibi_slopes(num_heads: int) -> Tensor:
+    r"""The ALiBi paper's head slopes: a geometric sequence, with a recipe for any head count.
 
-    Head ``h`` (of ``H``) adds :math:`-m_h\,(i + K - Q - j)` to the score of query ``i`` and
-    key ``j`` (the distance, with queries aligned to the last ``Q`` keys as in
-    :func:`d2lattn.masking.causal_mask`), with slopes :math:`m_h = 2^{-8h/H}`,
-    ``h = 1 .. H``. The bias is meant for causal attention: for keys after the query the
-    distance is negative and the value is meaningless (mask them).
+    For ``H`` a power of 2 the slopes are :math:`m_h = 2^{-8h/H}`, ``h = 1 .. H`` (ratio and
+    first term :math:`2^{-8/H}`). For another ``H``, the paper takes the ``2^k`` slopes of the
+    largest power of two ``2^k < H``, then the first ``H - 2^k`` of every other slope of
+    ``2^{k+1}`` heads (the odd-numbered ones, which interleave with the first set).
+
+    Args:
+        num_heads: H, a positive integer.
+
+    Returns:
+        float64 ``(H,)``, each in ``(0, 1)``.
+
+    Raises:
+        ValueError: if ``num_heads`` is not a positive integer.
+
+    Example:
+        >>> alibi_slopes(4)
+        tensor([0.2500, 0.0625, 0.0156, 0.0039], dtype=torch.float64)
+        >>> alibi_slopes(6)  # 4 heads' slopes, then 2 of 8 heads' (2^-1, 2^-3)
+        tensor([0.2500, 0.0625, 0.0156, 0.0039, 0.5000, 0.1250], dtype=torch.float64)
+
+    Source: Press, Smith and Lewis (2022), section 3 and the reference code's ``get_slopes``.
+    """
+    check_positive_ints(num_heads=num_heads)
+
+    def power_of_two(n: int) -> list:
+        return [2.0 ** (-8.0 * h / n) for h in range(1, n + 1)]
+
+    k = 2 ** int(math.floor(math.log2(num_heads)))  # the largest power of 2 <= H
+    slopes = power_of_two(k) + power_of_two(2 * k)[0::2][: num_heads - k]
+    return torch.tensor(slopes, dtype=torch.float64)
+
+
+def alibi_bias(num_heads: int, num_queries: int, num_keys: int, *,
+               slopes: Optional[Tensor] = None, symmetric: bool = False) -> Tensor:
+    r"""ALiBi: a per-head linear penalty on the distance between a query and a key.
+
+    Head ``h`` adds :math:`-m_h\,(i + K - Q - j)` to the score of query ``i`` and key ``j``
+    (the distance, with queries aligned to the last ``Q`` keys as in
+    :func:`d2lattn.masking.causal_mask`), with the slopes :math:`m_h` of :func:`alibi_slopes`
+    (or your own). This causal form is meant for causal attention: for keys after the query the
+    distance is negative and the value is meaningless (mask them). ``symmetric=True`` gives
+    the non-causal form :math:`-m_h\,|i + K - Q - j|`, for bidirectional attention (encoders).
 
     Args:
         num_heads: H, a positive integer.
         num_queries: Q, a non-negative integer.
         num_keys: K, a non-negative integer.
+        slopes: keyword-only; ``None`` (the paper's, :func:`alibi_slopes`) or a float
+            ``(H,)`` tensor of slopes (learned ones, for example; gradients flow through).
+        symmetric: keyword-only; use the distance ``|i + K - Q - j|``.
 
     Returns:
-        float32 tensor of shape ``(H, Q, K)``, to be added to the scores (for example as a
-        float ``attn_mask`` of ``F.scaled_dot_product_attention`` together with a causal mask).
+        ``(H, Q, K)``, float32 (or the dtype of ``slopes``), to be added to the scores: a
+        float ``attn_mask`` of ``F.scaled_dot_product_attention``, ``flash_attention``,
+        :class:`~d2lattn.DotProductAttention` or (as ``bias[None]``, one mask per head)
+        :class:`~d2lattn.MultiHeadAttention`, with a causal mask for the causal form.
 
     Raises:
-        ValueError: a size that is not an integer in range.
+        ValueError: a size that is not an integer in range, ``slopes`` not a float ``(H,)``
+            tensor, or ``symmetric`` not a bool.
 
     Example:
         >>> alibi_bias(2, 3, 3)[0]
         tensor([[ 0.0000,  0.0625,  0.1250],
                 [-0.0625,  0.0000,  0.0625],
                 [-0.1250, -0.0625,  0.0000]])
+        >>> alibi_bias(1, 2, 3, symmetric=True)[0]
+        tensor([[-0.0039,  0.0000, -0.0039],
+                [-0.0078, -0.0039,  0.0000]])
 
     Source: Press, Smith and Lewis (2022), "Train Short, Test Long: Attention with Linear
     Biases Enables Input Length Extrapolation", section 3.
     """
-    if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
-        raise ValueError(f"num_heads must be a positive integer, got {num_heads!r}")
-    for name, value in (("num_queries", num_queries), ("num_keys", num_keys)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
-    slopes = torch.tensor([2.0 ** (-8.0 * h / num_heads) for h in range(1, num_heads + 1)])
-    i = torch.arange(num_queries)[:, None] + (num_keys - num_queries)  # (Q, 1) absolute
-    j = torch.arange(num_keys)[None, :]  # (1, K)
-    minus_distance = (j - i).to(torch.float32)  # (Q, K); j - i, not -(i - j), avoids -0.0
+    check_positive_ints(num_heads=num_heads)
+    check_non_negative_ints(num_queries=num_queries, num_keys=num_keys)
+    check_bool(symmetric=symmetric)
+    if slopes is None:
+        slopes = alibi_slopes(num_heads).to(torch.float32)
+    elif not isinstance(slopes, Tensor) or not slopes.is_floating_point() \
+            or tuple(slopes.shape) != (num_heads,):
+        raise ValueError(f"slopes must be a float tensor of shape (H,) = ({num_heads},), got "
+                         + (f"shape {tuple(slopes.shape)} of dtype {slopes.dtype}"
+                            if isinstance(slopes, Tensor) else type(slopes).__name__))
+    i = torch.arange(num_queries, device=slopes.device)[:, None] + (num_keys - num_queries)
+    j = torch.arange(num_keys, device=slopes.device)[None, :]  # (1, K)
+    # integers first: j - i (or -|j - i|) is +0 on the diagonal, never -0.0
+    minus_distance = (-(j - i).abs() if symmetric else (j - i)).to(slopes.dtype)  # (Q, K)
     return slopes[:, None, None] * minus_distance  # (H, Q, K)

@@ -14,12 +14,23 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Callable, Optional
+from typing import Callable, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
 
-from .masking import ValidLens, causal_mask, masked_softmax
+from ._checks import (  # check_qkv and check_positive_ints: public, re-exported here
+    ValidLens,
+    check_bool,
+    check_dropout as _check_dropout,
+    check_positive as _check_positive,
+    check_positive_ints,
+    check_qkv,
+    check_scale,
+    check_scores_args as _check_scores_args,
+    split_attn_mask,
+)
+from .masking import causal_mask, masked_softmax
 
 __all__ = [
     "DotProductAttention",
@@ -33,97 +44,6 @@ __all__ = [
     "Attention",
     "BilinearAttention",
 ]
-
-
-def _check_queries_keys(queries: Tensor, keys: Tensor, *, same_size: bool) -> None:
-    """Float tensors with >= 3 axes, the same leading axes, and (if asked) the same size d."""
-    for name, t in (("queries", queries), ("keys", keys)):
-        if not isinstance(t, Tensor) or not t.is_floating_point():
-            raise ValueError(f"{name} must be a floating-point tensor")
-        if t.dim() < 3:
-            raise ValueError(f"{name} must have shape (B, ..., n, size), got shape {tuple(t.shape)}")
-    if keys.shape[:-2] != queries.shape[:-2]:
-        raise ValueError(
-            f"keys must have the leading axes of queries {tuple(queries.shape[:-2])}, "
-            f"got keys of shape {tuple(keys.shape)}"
-        )
-    if same_size and queries.shape[-1] != keys.shape[-1]:
-        raise ValueError(
-            f"queries and keys must have the same feature size d, "
-            f"got {queries.shape[-1]} and {keys.shape[-1]}"
-        )
-
-
-def check_qkv(
-    queries: Tensor,
-    keys: Tensor,
-    values: Tensor,
-    *,
-    same_size: bool,
-    query_size: Optional[int] = None,
-    key_size: Optional[int] = None,
-    value_size: Optional[int] = None,
-) -> None:
-    """Check the shapes of an attention call, raising ``ValueError`` with the culprit's name.
-
-    Args:
-        queries: ``(B, ..., Q, d_q)`` float.
-        keys: ``(B, ..., K, d_k)`` float, the same leading axes as ``queries``.
-        values: ``(B, ..., K, v)`` float, as many rows as ``keys``.
-        same_size: require ``d_q == d_k`` (dot-product scores need it).
-        query_size, key_size, value_size: keyword-only; if given, the feature size that
-            ``d_q``, ``d_k`` and ``v`` must have (a layer's input sizes).
-
-    Raises:
-        ValueError: on a non-float input, fewer than 3 axes, or mismatched sizes.
-
-    Example:
-        >>> check_qkv(torch.ones(2, 1, 4), torch.ones(2, 10, 4), torch.ones(2, 10, 3), same_size=True)
-        >>> check_qkv(torch.ones(2, 1, 4), torch.ones(2, 10, 4), torch.ones(2, 9, 3), same_size=True)
-        Traceback (most recent call last):
-            ...
-        ValueError: values must have shape (B, ..., K, v) with the K = 10 rows of keys, got values of shape (2, 9, 3) and keys of shape (2, 10, 4)
-
-    Source: the shape legend of the book's notation page.
-    """
-    _check_queries_keys(queries, keys, same_size=same_size)
-    if not isinstance(values, Tensor) or not values.is_floating_point():
-        raise ValueError("values must be a floating-point tensor")
-    if values.shape[:-1] != keys.shape[:-1]:
-        raise ValueError(
-            f"values must have shape (B, ..., K, v) with the K = {keys.shape[-2]} rows of keys, "
-            f"got values of shape {tuple(values.shape)} and keys of shape {tuple(keys.shape)}"
-        )
-    for name, t, size_name, size in (("queries", queries, "query_size", query_size),
-                                     ("keys", keys, "key_size", key_size),
-                                     ("values", values, "value_size", value_size)):
-        if size is not None and t.shape[-1] != size:
-            raise ValueError(f"{name} must have feature size {size_name} = {size}, "
-                             f"got {t.shape[-1]}")
-
-
-def check_positive_ints(**sizes: object) -> None:
-    """Raise ``ValueError`` naming the first argument that is not a positive ``int``.
-
-    ``bool`` is rejected although it is a subclass of ``int``.
-
-    Example:
-        >>> check_positive_ints(num_hiddens=8, num_heads=0)
-        Traceback (most recent call last):
-            ...
-        ValueError: num_heads must be a positive integer, got 0
-
-    Source: the book's input-checking convention (bad input names the argument).
-    """
-    for name, value in sizes.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
-
-
-def _check_dropout(dropout: float) -> None:
-    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) \
-            or not 0.0 <= dropout < 1.0:
-        raise ValueError(f"dropout must lie in [0, 1), got {dropout!r}")
 
 
 def combine_masks(
@@ -159,22 +79,39 @@ def combine_masks(
 
     Source: the AND rule of ``F.scaled_dot_product_attention`` masks; book chapter 8.
     """
-    if not isinstance(is_causal, bool):
-        raise ValueError(f"is_causal must be a bool, got {is_causal!r}")
-    if attn_mask is not None:
-        if not isinstance(attn_mask, Tensor) or attn_mask.dtype != torch.bool:
-            raise ValueError("attn_mask must be a bool tensor (True = may attend), got "
-                             + (f"dtype {attn_mask.dtype}" if isinstance(attn_mask, Tensor)
-                                else type(attn_mask).__name__))
-        tail = tuple(attn_mask.shape[-2:])
-        if attn_mask.dim() < 2 or tail[0] not in (1, num_queries) or tail[1] not in (1, num_keys):
-            raise ValueError(
-                f"attn_mask must broadcast to (..., Q, K) = (..., {num_queries}, {num_keys}), "
-                f"got shape {tuple(attn_mask.shape)}")
+    check_bool(is_causal=is_causal)
+    bool_mask, float_mask = split_attn_mask(attn_mask, num_queries, num_keys)
+    if float_mask is not None:
+        raise ValueError("attn_mask must be a bool tensor (True = may attend) here, got "
+                         f"dtype {float_mask.dtype}")
     if not is_causal:
         return attn_mask
     causal = causal_mask(num_queries, num_keys, device=device)  # (Q, K)
     return causal if attn_mask is None else attn_mask.to(causal.device) & causal
+
+
+def _bias_and_keep(bias: Tensor) -> Tuple[Tensor, Optional[Tensor]]:
+    """Split a float mask into finite biases and a bool mask of its ``-inf`` entries.
+
+    The bool part goes through :func:`masked_softmax`, which gives a query with no allowed key
+    zero weights instead of the NaN that a softmax of a row of ``-inf`` gives.
+    """
+    forbidden = torch.isneginf(bias)
+    if not bool(forbidden.any()):
+        return bias, None
+    return bias.masked_fill(forbidden, 0.0), ~forbidden
+
+
+def _add_bias(scores: Tensor, bias: Tensor) -> Tensor:
+    """``scores + bias``, in place; ``ValueError`` if ``bias`` would enlarge the scores."""
+    try:
+        shape = torch.broadcast_shapes(bias.shape, scores.shape)
+    except RuntimeError:
+        shape = None
+    if shape != scores.shape:
+        raise ValueError(f"attn_mask of shape {tuple(bias.shape)} does not broadcast to the "
+                         f"scores' shape {tuple(scores.shape)}")
+    return scores.add_(bias.to(scores.device))
 
 
 class DotProductAttention(nn.Module):
@@ -191,17 +128,22 @@ class DotProductAttention(nn.Module):
         float of one dtype; ``valid_lens`` ``None``, ``(B,)`` or ``(B, Q)`` integers in
         ``[0, K]``. Returns ``(B, ..., Q, v)``. Extra middle axes (heads) are allowed.
 
-    Masks (``forward``, keyword-only):
-        attn_mask: ``None`` or a bool tensor broadcastable to the scores ``(B, ..., Q, K)``,
-            **True = may attend** (as in ``F.scaled_dot_product_attention``); for example
-            ``(Q, K)``, ``(B, 1, K)`` or ``(B, h, Q, K)``.
+    Masks and options (``forward``, keyword-only):
+        attn_mask: ``None``; a bool tensor broadcastable to the scores ``(B, ..., Q, K)``,
+            **True = may attend** (as in ``F.scaled_dot_product_attention``), for example
+            ``(Q, K)``, ``(B, 1, K)`` or ``(B, h, Q, K)``; or a float tensor of such a shape
+            *added* to the scaled scores (SDPA's float ``attn_mask``: a bias such as
+            :func:`d2lattn.positional.alibi_bias`; ``-inf`` forbids a key).
         is_causal: if True, query ``i`` may attend to key ``j`` only if ``j <= i + (K - Q)``
             (:func:`d2lattn.masking.causal_mask`, lower-right aligned: with ``Q < K`` the
             queries are the last ``Q`` positions and see every earlier key, as when decoding
             with a KV cache).
 
+        scale: the factor of the dot products; ``None`` means ``1 / sqrt(d)``.
+
         ``valid_lens``, ``attn_mask`` and ``is_causal`` combine with AND: a key gets weight
-        only if every one of them allows it. A query left with no key gets all-zero weights.
+        only if every one of them allows it. A query left with no key (``-inf`` biases
+        included) gets all-zero weights, never NaN.
 
     Attributes:
         attention_weights: the weights of the last call, ``(B, ..., Q, K)``, detached, taken
@@ -209,9 +151,9 @@ class DotProductAttention(nn.Module):
 
     Raises:
         ValueError: from ``forward`` on mismatched shapes, bad ``valid_lens`` (see
-            :func:`d2lattn.masked_softmax`), an ``attn_mask`` that is not bool or does not
-            broadcast to ``(B, ..., Q, K)``, or a non-bool ``is_causal``; from the
-            constructor if ``dropout`` is outside ``[0, 1)``.
+            :func:`d2lattn.masked_softmax`), an ``attn_mask`` that is neither bool nor float
+            or does not broadcast to ``(B, ..., Q, K)``, a non-bool ``is_causal`` or a
+            non-positive ``scale``; from the constructor if ``dropout`` is outside ``[0, 1)``.
 
     Example:
         >>> attn = DotProductAttention()
@@ -244,15 +186,24 @@ class DotProductAttention(nn.Module):
         *,
         attn_mask: Optional[Tensor] = None,
         is_causal: bool = False,
+        scale: Optional[float] = None,
     ) -> Tensor:
         check_qkv(queries, keys, values, same_size=True)
-        d = queries.shape[-1]
-        mask = combine_masks(attn_mask, is_causal, queries.shape[-2], keys.shape[-2],
+        check_scale(scale)
+        Q, K = queries.shape[-2], keys.shape[-2]
+        bool_mask, bias = split_attn_mask(attn_mask, Q, K)  # at most one is not None
+        if bias is not None:
+            bias, bool_mask = _bias_and_keep(bias.to(queries.dtype))
+        mask = combine_masks(bool_mask, is_causal, Q, K,
                              device=queries.device)  # None or bool, broadcastable
         self.attention_weights = None  # let the last call's (B, ..., Q, K) weights go first
         # 1. score; scaling the queries (Q*d numbers) instead of the scores (Q*K) gives the
         #    same result with fewer multiplications whenever d < K.
-        scores = (queries * (1.0 / math.sqrt(d))) @ keys.transpose(-2, -1)  # (B, ..., Q, K)
+        if scale is None:
+            scale = 1.0 / math.sqrt(queries.shape[-1])
+        scores = (queries * scale) @ keys.transpose(-2, -1)  # (B, ..., Q, K)
+        if bias is not None:  # a float attn_mask is added to the scaled scores, as in SDPA
+            scores = _add_bias(scores, bias)
         # 2. normalize; `scores` is ours alone, so masking may overwrite it in place
         weights = masked_softmax(scores, valid_lens, mask, inplace=True)  # (B, ..., Q, K)
         self.attention_weights = weights.detach()
@@ -336,20 +287,6 @@ class AdditiveAttention(nn.Module):
 # ---------------------------------------------------------------------------------------------
 
 ScoreFn = Callable[[Tensor, Tensor], Tensor]
-
-
-def _check_scores_args(queries: Tensor, keys: Tensor) -> None:
-    """Check the arguments of a score function, raising ``ValueError`` with the culprit's name."""
-    _check_queries_keys(queries, keys, same_size=True)
-    if queries.dtype != keys.dtype:
-        raise ValueError(f"queries and keys must have the same dtype, "
-                         f"got {queries.dtype} and {keys.dtype}")
-
-
-def _check_positive(name: str, value: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 \
-            or not math.isfinite(value):
-        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
 
 
 def dot_product_scores(queries: Tensor, keys: Tensor, *, scale: Optional[float] = None) -> Tensor:

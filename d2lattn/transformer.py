@@ -7,21 +7,34 @@ residual connection and a LayerNorm (Vaswani et al., 2017, section 3.1)::
     pre-norm  (norm_first=True,  GPT-2 on):    X = X + sublayer(norm(X))
 
 ``from_torch`` copies the weights of ``torch.nn.TransformerEncoderLayer`` /
-``TransformerDecoderLayer`` (``batch_first=True``, ReLU), and the copy gives the same outputs:
-the tests compare them in float64.
+``TransformerDecoderLayer`` (``batch_first=True``; any activation, with or without biases), and
+the copy gives the same outputs: the tests compare them in float64.
 """
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+import copy
+from typing import Callable, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .masking import ValidLens
+from ._checks import (
+    ValidLens,
+    check_bool,
+    check_cache_update,
+    check_dropout,
+    check_input_dtype,
+    check_layer_norm_eps,
+    check_positive_ints,
+)
 from .multihead import MultiHeadAttention
-from .scoring import _check_dropout, check_positive_ints
+
+#: An activation: ``"relu"``, ``"gelu"`` or any callable ``Tensor -> Tensor`` (as
+#: ``nn.TransformerEncoderLayer``'s ``activation``).
+Activation = Union[str, Callable[[Tensor], Tensor]]
+_ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
 
 __all__ = ["KVCache", "PositionWiseFFN", "TransformerDecoderBlock", "TransformerEncoderBlock"]
 
@@ -75,7 +88,8 @@ class KVCache:
             ``(keys, values)`` of shapes ``(B, h, T + T_new, d_h)`` and ``(B, h, T + T_new, v_h)``.
 
         Raises:
-            ValueError: if the shapes do not match each other or the cache.
+            ValueError: if the shapes do not match each other or the cache, or the dtypes or
+                devices differ from each other or from the cache's (no silent promotion).
         """
         for name, t in (("keys", keys), ("values", values)):
             if not isinstance(t, Tensor) or t.dim() != 4:
@@ -83,6 +97,11 @@ class KVCache:
         if keys.shape[:3] != values.shape[:3]:
             raise ValueError(f"keys {tuple(keys.shape)} and values {tuple(values.shape)} must "
                              "share (B, h, T_new)")
+        if keys.dtype != values.dtype or keys.device != values.device:
+            raise ValueError(f"keys ({keys.dtype} on {keys.device}) and values ({values.dtype} "
+                             f"on {values.device}) must share one dtype and device")
+        check_cache_update(self.keys, keys, "keys")
+        check_cache_update(self.values, values, "values")
         if self.keys is None or self.values is None:
             self.keys, self.values = keys, values
         else:
@@ -101,17 +120,21 @@ class KVCache:
 class PositionWiseFFN(nn.Module):
     r"""The position-wise feed-forward network: the same two-layer MLP at every position.
 
-    .. math:: \mathrm{FFN}(\mathbf x) = W_2\, \mathrm{dropout}(\mathrm{ReLU}(W_1 \mathbf x + b_1)) + b_2
+    .. math:: \mathrm{FFN}(\mathbf x) = W_2\, \mathrm{dropout}(\sigma(W_1 \mathbf x + b_1)) + b_2
 
     Args:
         num_hiddens: input and output size.
         ffn_num_hiddens: hidden size (4 * num_hiddens in the paper).
-        dropout: dropout after the ReLU, in ``[0, 1)``.
+        dropout: dropout after the activation, in ``[0, 1)``.
+        activation: keyword-only; :math:`\sigma`, ``"relu"`` (the paper), ``"gelu"`` or a
+            callable ``Tensor -> Tensor`` (an ``nn.Module`` is registered as a submodule).
+        bias: keyword-only; whether the two linear layers have biases.
 
     Shapes (``forward``): X ``(B, T, num_hiddens)`` -> ``(B, T, num_hiddens)``.
 
     Raises:
-        ValueError: a size that is not a positive integer or a dropout outside ``[0, 1)``.
+        ValueError: a size that is not a positive integer, a dropout outside ``[0, 1)``, or an
+            activation that is neither ``"relu"``, ``"gelu"`` nor callable.
 
     Example:
         >>> PositionWiseFFN(8, 32)(torch.ones(2, 3, 8)).shape
@@ -120,56 +143,94 @@ class PositionWiseFFN(nn.Module):
     Source: Vaswani et al. (2017), section 3.3, equation (2).
     """
 
-    def __init__(self, num_hiddens: int, ffn_num_hiddens: int, dropout: float = 0.0) -> None:
+    def __init__(self, num_hiddens: int, ffn_num_hiddens: int, dropout: float = 0.0, *,
+                 activation: Activation = "relu", bias: bool = True) -> None:
         super().__init__()
         check_positive_ints(num_hiddens=num_hiddens, ffn_num_hiddens=ffn_num_hiddens)
-        _check_dropout(dropout)
-        self.dense1 = nn.Linear(num_hiddens, ffn_num_hiddens)
+        check_dropout(dropout)
+        check_bool(bias=bias)
+        self.dense1 = nn.Linear(num_hiddens, ffn_num_hiddens, bias=bias)
         self.dropout = nn.Dropout(dropout)
-        self.dense2 = nn.Linear(ffn_num_hiddens, num_hiddens)
+        self.dense2 = nn.Linear(ffn_num_hiddens, num_hiddens, bias=bias)
+        self.activation = _activation(activation)
 
     def forward(self, X: Tensor) -> Tensor:
-        return self.dense2(self.dropout(F.relu(self.dense1(X))))  # (B, T, num_hiddens)
+        return self.dense2(self.dropout(self.activation(self.dense1(X))))  # (B, T, num_hiddens)
+
+
+def _activation(activation: Activation) -> Callable[[Tensor], Tensor]:
+    if isinstance(activation, str):
+        if activation not in _ACTIVATIONS:
+            raise ValueError(f"activation must be 'relu', 'gelu' or a callable, "
+                             f"got {activation!r}")
+        return _ACTIVATIONS[activation]
+    if not callable(activation):
+        raise ValueError(f"activation must be 'relu', 'gelu' or a callable, got {activation!r}")
+    return activation
 
 
 def _check_block_args(num_hiddens: int, num_heads: int, ffn_num_hiddens: int, dropout: float,
-                      norm_first: bool) -> None:
+                      norm_first: bool, layer_norm_eps: float, bias: bool) -> None:
     check_positive_ints(num_hiddens=num_hiddens, num_heads=num_heads,
                         ffn_num_hiddens=ffn_num_hiddens)
-    _check_dropout(dropout)
-    if not isinstance(norm_first, bool):
-        raise ValueError(f"norm_first must be a bool, got {norm_first!r}")
+    check_dropout(dropout)
+    check_bool(norm_first=norm_first, bias=bias)
+    check_layer_norm_eps(layer_norm_eps)
 
 
-def _check_X(X: Tensor, num_hiddens: int, name: str = "X") -> None:
+def _check_X(X: Tensor, num_hiddens: int, name: str = "X",
+             dtype: Optional[torch.dtype] = None) -> None:
     if not isinstance(X, Tensor) or not X.is_floating_point() or X.dim() != 3 \
             or X.shape[-1] != num_hiddens:
         got = tuple(X.shape) if isinstance(X, Tensor) else type(X).__name__
         raise ValueError(f"{name} must be a float tensor of shape (B, T, num_hiddens = "
                          f"{num_hiddens}), got {got}")
+    if dtype is not None:
+        check_input_dtype(name, X, dtype)
 
 
 def _copy_mha(ours: MultiHeadAttention, ref: nn.MultiheadAttention) -> None:
     """Copy nn.MultiheadAttention's packed in-projection and out-projection into ours."""
     W_q, W_k, W_v = ref.in_proj_weight.chunk(3)
-    b_q, b_k, b_v = ref.in_proj_bias.chunk(3)
-    for lin, W, b in ((ours.W_q, W_q, b_q), (ours.W_k, W_k, b_k), (ours.W_v, W_v, b_v),
+    biases = (None,) * 3 if ref.in_proj_bias is None else ref.in_proj_bias.chunk(3)
+    for lin, W, b in ((ours.W_q, W_q, biases[0]), (ours.W_k, W_k, biases[1]),
+                      (ours.W_v, W_v, biases[2]),
                       (ours.W_o, ref.out_proj.weight, ref.out_proj.bias)):
         lin.weight.copy_(W)
-        lin.bias.copy_(b)
+        if b is not None:
+            lin.bias.copy_(b)
 
 
-def _check_torch_layer(layer: nn.Module, cls: type) -> None:
+def _check_torch_layer(layer: nn.Module, cls: type) -> bool:
+    """Check a PyTorch layer that ``from_torch`` can copy; return whether it has biases."""
     if not isinstance(layer, cls):
         raise ValueError(f"layer must be a torch.nn.{cls.__name__}, got {type(layer).__name__}")
-    attn = layer.self_attn
-    if not attn.batch_first:
+    attns = [layer.self_attn] + ([layer.multihead_attn] if hasattr(layer, "multihead_attn")
+                                 else [])
+    if not all(attn.batch_first for attn in attns):
         raise ValueError("layer must be built with batch_first=True")
-    if getattr(layer, "activation_relu_or_gelu", 1) != 1 and layer.activation is not F.relu:
-        raise ValueError("layer must use the ReLU activation")
-    if attn.in_proj_weight is None or attn.in_proj_bias is None or layer.linear1.bias is None \
-            or layer.norm1.bias is None or attn.bias_k is not None:
-        raise ValueError("layer must have biases, equal q/k/v sizes and no add_bias_kv")
+    if any(attn.in_proj_weight is None or attn.bias_k is not None for attn in attns):
+        raise ValueError("layer must have equal q/k/v sizes and no add_bias_kv")
+    norms = [m for name, m in layer.named_children() if name.startswith("norm")]
+    has_bias = [attn.in_proj_bias is not None for attn in attns]
+    has_bias += [attn.out_proj.bias is not None for attn in attns]
+    has_bias += [layer.linear1.bias is not None, layer.linear2.bias is not None]
+    has_bias += [norm.bias is not None for norm in norms]
+    if len(set(has_bias)) != 1:
+        raise ValueError("layer must have all its biases or none (built with bias=True or "
+                         "bias=False)")
+    if not callable(layer.activation):
+        raise ValueError(f"layer's activation must be callable, got {layer.activation!r}")
+    return has_bias[0]
+
+
+def _torch_activation(layer: nn.Module) -> Activation:
+    """The layer's activation: F.relu and F.gelu as names, anything else a (copied) callable."""
+    act = layer.activation
+    for name, fn in _ACTIVATIONS.items():
+        if act is fn:
+            return name
+    return copy.deepcopy(act) if isinstance(act, nn.Module) else act
 
 
 class TransformerEncoderBlock(nn.Module):
@@ -186,29 +247,36 @@ class TransformerEncoderBlock(nn.Module):
         num_hiddens: d, the model size (input and output).
         num_heads: h; must divide ``num_hiddens``.
         ffn_num_hiddens: hidden size of the feed-forward network.
-        dropout: dropout on the attention weights, after the ReLU and on each sublayer's
-            output before it is added to the residual (where ``nn.TransformerEncoderLayer``
-            puts it), in ``[0, 1)``.
+        dropout: dropout on the attention weights, after the activation and on each
+            sublayer's output before it is added to the residual (where
+            ``nn.TransformerEncoderLayer`` puts it), in ``[0, 1)``.
         norm_first: keyword-only; False for post-norm (the paper), True for pre-norm.
-        layer_norm_eps: keyword-only; the LayerNorms' epsilon.
+        layer_norm_eps: keyword-only; the LayerNorms' epsilon, a positive number.
         rotary: keyword-only; rotary position embedding in the self-attention (see
             :class:`~d2lattn.MultiHeadAttention`).
+        activation: keyword-only; the feed-forward network's activation, ``"relu"``,
+            ``"gelu"`` or a callable (see :class:`PositionWiseFFN`).
+        bias: keyword-only; False removes every bias: the attention's projections, the
+            feed-forward network's and the LayerNorms' (``nn.TransformerEncoderLayer``'s
+            ``bias``).
 
     Submodules:
-        self_attention: ``MultiHeadAttention(num_hiddens, num_heads, dropout, bias=True)``.
-        norm1, norm2: ``nn.LayerNorm(num_hiddens)``.
+        self_attention: ``MultiHeadAttention(num_hiddens, num_heads, dropout, bias)``.
+        norm1, norm2: ``nn.LayerNorm(num_hiddens, bias=bias)``.
         ffn: :class:`PositionWiseFFN`.
 
     Shapes (``forward``):
-        X ``(B, T, num_hiddens)`` float; ``valid_lens`` ``None``, ``(B,)`` or ``(B, T)``
-        integers (padding keys get no weight). Keyword-only: ``attn_mask`` (bool, True = may
-        attend, as in :class:`~d2lattn.MultiHeadAttention`), ``is_causal`` (True makes the
-        block a GPT-style decoder block) and ``kv_cache`` (a :class:`KVCache`, for decoding
-        with ``is_causal=True`` one step at a time). Returns ``(B, T, num_hiddens)``.
+        X ``(B, T, num_hiddens)`` float, the parameters' dtype; ``valid_lens`` ``None``,
+        ``(B,)`` or ``(B, T)`` integers (padding keys get no weight). Keyword-only:
+        ``attn_mask`` (bool, True = may attend, or float, added to the scores, as in
+        :class:`~d2lattn.MultiHeadAttention`), ``is_causal`` (True makes the block a GPT-style
+        decoder block) and ``kv_cache`` (a :class:`KVCache`, for decoding with
+        ``is_causal=True``). Returns ``(B, T, num_hiddens)``.
 
     Raises:
-        ValueError: bad constructor arguments; in ``forward``, ``X`` not
-            ``(B, T, num_hiddens)`` float, or bad masks.
+        ValueError: bad constructor arguments (``layer_norm_eps <= 0`` included); in
+            ``forward``, ``X`` not ``(B, T, num_hiddens)`` float of the parameters' dtype, bad
+            masks, or a ``kv_cache`` with ``is_causal=False`` and several new positions.
 
     Example:
         >>> block = TransformerEncoderBlock(num_hiddens=16, num_heads=4, ffn_num_hiddens=32)
@@ -221,23 +289,26 @@ class TransformerEncoderBlock(nn.Module):
 
     def __init__(self, num_hiddens: int, num_heads: int, ffn_num_hiddens: int,
                  dropout: float = 0.0, *, norm_first: bool = False,
-                 layer_norm_eps: float = 1e-5, rotary: bool = False) -> None:
+                 layer_norm_eps: float = 1e-5, rotary: bool = False,
+                 activation: Activation = "relu", bias: bool = True) -> None:
         super().__init__()
-        _check_block_args(num_hiddens, num_heads, ffn_num_hiddens, dropout, norm_first)
+        _check_block_args(num_hiddens, num_heads, ffn_num_hiddens, dropout, norm_first,
+                          layer_norm_eps, bias)
         self.num_hiddens = num_hiddens
         self.norm_first = norm_first
-        self.self_attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=True,
+        self.self_attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=bias,
                                                  rotary=rotary)
-        self.norm1 = nn.LayerNorm(num_hiddens, eps=layer_norm_eps)
-        self.ffn = PositionWiseFFN(num_hiddens, ffn_num_hiddens, dropout)
-        self.norm2 = nn.LayerNorm(num_hiddens, eps=layer_norm_eps)
+        self.norm1 = nn.LayerNorm(num_hiddens, eps=layer_norm_eps, bias=bias)
+        self.ffn = PositionWiseFFN(num_hiddens, ffn_num_hiddens, dropout,
+                                   activation=activation, bias=bias)
+        self.norm2 = nn.LayerNorm(num_hiddens, eps=layer_norm_eps, bias=bias)
         self.dropout1 = nn.Dropout(dropout)
         self.dropout2 = nn.Dropout(dropout)
 
     def forward(self, X: Tensor, valid_lens: Optional[ValidLens] = None, *,
                 attn_mask: Optional[Tensor] = None, is_causal: bool = False,
                 kv_cache: Optional[KVCache] = None) -> Tensor:
-        _check_X(X, self.num_hiddens)
+        _check_X(X, self.num_hiddens, dtype=self.norm1.weight.dtype)
 
         def attend(Z: Tensor) -> Tensor:
             out = self.self_attention(Z, Z, Z, valid_lens, attn_mask=attn_mask,
@@ -258,13 +329,15 @@ class TransformerEncoderBlock(nn.Module):
         """A block with the weights, sizes, dtype and device of a PyTorch encoder layer.
 
         Args:
-            layer: ``nn.TransformerEncoderLayer`` built with ``batch_first=True``, ReLU and
-                biases (PyTorch's defaults except ``batch_first``).
+            layer: ``nn.TransformerEncoderLayer`` built with ``batch_first=True``; any
+                activation (ReLU, GELU, a callable: a module is copied), with biases or
+                ``bias=False``.
 
         Returns:
             a :class:`TransformerEncoderBlock` in the same train/eval mode whose outputs equal
             the layer's (``valid_lens`` for ``src_key_padding_mask``, ``is_causal=True`` for a
-            causal ``src_mask``).
+            causal ``src_mask``, ``attn_mask`` for another ``src_mask``: a float one as it is,
+            a bool one negated, since PyTorch's True means *ignore*).
 
         Raises:
             ValueError: if ``layer`` is not such a layer.
@@ -276,10 +349,11 @@ class TransformerEncoderBlock(nn.Module):
 
         Source: the parameter layout of ``torch.nn.TransformerEncoderLayer``.
         """
-        _check_torch_layer(layer, nn.TransformerEncoderLayer)
+        bias = _check_torch_layer(layer, nn.TransformerEncoderLayer)
         ref = layer.self_attn
         block = cls(ref.embed_dim, ref.num_heads, layer.linear1.out_features, layer.dropout.p,
-                    norm_first=layer.norm_first, layer_norm_eps=layer.norm1.eps)
+                    norm_first=layer.norm_first, layer_norm_eps=layer.norm1.eps,
+                    activation=_torch_activation(layer), bias=bias)
         block.to(device=ref.in_proj_weight.device, dtype=ref.in_proj_weight.dtype)
         with torch.no_grad():
             _copy_mha(block.self_attention, ref)
@@ -313,19 +387,25 @@ class TransformerDecoderBlock(nn.Module):
         ffn_num_hiddens: hidden size of the feed-forward network.
         dropout: as in :class:`TransformerEncoderBlock`, in ``[0, 1)``.
         norm_first: keyword-only; False for post-norm, True for pre-norm.
-        layer_norm_eps: keyword-only; the LayerNorms' epsilon.
+        layer_norm_eps: keyword-only; the LayerNorms' epsilon, a positive number.
         rotary: keyword-only; rotary position embedding in the self-attention only.
+        activation, bias: keyword-only; as in :class:`TransformerEncoderBlock`.
 
     Submodules:
         self_attention, cross_attention: ``MultiHeadAttention(num_hiddens, num_heads,
-        dropout, bias=True)``; norm1, norm2, norm3: ``nn.LayerNorm``; ffn: :class:`PositionWiseFFN`.
+        dropout, bias)``; norm1, norm2, norm3: ``nn.LayerNorm``; ffn: :class:`PositionWiseFFN`.
 
     Shapes (``forward``):
         X ``(B, T, num_hiddens)`` float, the decoder's inputs (shifted targets); memory
-        ``(B, S, num_hiddens)``; ``memory_valid_lens`` ``None`` or ``(B,)`` integers in
-        ``[0, S]`` (padding of the source). Keyword-only: ``is_causal`` (default True: position
-        ``t`` sees positions ``<= t`` only) and ``kv_cache`` (a :class:`KVCache` for the
-        self-attention; then ``X`` holds only the new positions). Returns
+        ``(B, S, num_hiddens)``; ``memory_valid_lens`` ``None``, ``(B,)`` or ``(B, T)``
+        integers in ``[0, S]`` (padding of the source). Keyword-only: ``is_causal`` (default
+        True: position ``t`` sees positions ``<= t`` only), ``kv_cache`` (a :class:`KVCache`
+        for the self-attention; then ``X`` holds only the new positions), ``valid_lens``
+        (padding of the targets: ``(B,)`` or ``(B, T)``, over all ``K`` self-attention keys
+        with a cache; ``nn.TransformerDecoderLayer``'s ``tgt_key_padding_mask``),
+        ``attn_mask`` (the self-attention's mask, ``tgt_mask``) and ``memory_mask`` (the
+        cross-attention's, ``(T, S)``, ``(B, T, S)`` or ``(B, h, T, S)``), each bool (True =
+        may attend) or float (added to the scores). All masks combine with AND. Returns
         ``(B, T, num_hiddens)``.
 
     Attributes:
@@ -334,7 +414,7 @@ class TransformerDecoderBlock(nn.Module):
 
     Raises:
         ValueError: bad constructor arguments; in ``forward``, inputs not
-            ``(B, T, num_hiddens)`` float or a bad ``memory_valid_lens``.
+            ``(B, T, num_hiddens)`` float of the parameters' dtype, bad lengths or masks.
 
     Example:
         >>> block = TransformerDecoderBlock(num_hiddens=16, num_heads=4, ffn_num_hiddens=32)
@@ -349,36 +429,42 @@ class TransformerDecoderBlock(nn.Module):
 
     def __init__(self, num_hiddens: int, num_heads: int, ffn_num_hiddens: int,
                  dropout: float = 0.0, *, norm_first: bool = False,
-                 layer_norm_eps: float = 1e-5, rotary: bool = False) -> None:
+                 layer_norm_eps: float = 1e-5, rotary: bool = False,
+                 activation: Activation = "relu", bias: bool = True) -> None:
         super().__init__()
-        _check_block_args(num_hiddens, num_heads, ffn_num_hiddens, dropout, norm_first)
+        _check_block_args(num_hiddens, num_heads, ffn_num_hiddens, dropout, norm_first,
+                          layer_norm_eps, bias)
         self.num_hiddens = num_hiddens
         self.norm_first = norm_first
-        self.self_attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=True,
+        self.self_attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=bias,
                                                  rotary=rotary)
-        self.norm1 = nn.LayerNorm(num_hiddens, eps=layer_norm_eps)
-        self.cross_attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=True)
-        self.norm2 = nn.LayerNorm(num_hiddens, eps=layer_norm_eps)
-        self.ffn = PositionWiseFFN(num_hiddens, ffn_num_hiddens, dropout)
-        self.norm3 = nn.LayerNorm(num_hiddens, eps=layer_norm_eps)
+        self.norm1 = nn.LayerNorm(num_hiddens, eps=layer_norm_eps, bias=bias)
+        self.cross_attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=bias)
+        self.norm2 = nn.LayerNorm(num_hiddens, eps=layer_norm_eps, bias=bias)
+        self.ffn = PositionWiseFFN(num_hiddens, ffn_num_hiddens, dropout,
+                                   activation=activation, bias=bias)
+        self.norm3 = nn.LayerNorm(num_hiddens, eps=layer_norm_eps, bias=bias)
         self.dropout1 = nn.Dropout(dropout)
         self.dropout2 = nn.Dropout(dropout)
         self.dropout3 = nn.Dropout(dropout)
 
     def forward(self, X: Tensor, memory: Tensor, memory_valid_lens: Optional[ValidLens] = None,
-                *, is_causal: bool = True, kv_cache: Optional[KVCache] = None) -> Tensor:
-        _check_X(X, self.num_hiddens)
-        _check_X(memory, self.num_hiddens, "memory")
+                *, is_causal: bool = True, kv_cache: Optional[KVCache] = None,
+                valid_lens: Optional[ValidLens] = None, attn_mask: Optional[Tensor] = None,
+                memory_mask: Optional[Tensor] = None) -> Tensor:
+        _check_X(X, self.num_hiddens, dtype=self.norm1.weight.dtype)
+        _check_X(memory, self.num_hiddens, "memory", dtype=self.norm1.weight.dtype)
         if memory.shape[0] != X.shape[0]:
             raise ValueError(f"memory must have the batch size of X ({X.shape[0]}), "
                              f"got {memory.shape[0]}")
 
         def self_attend(Z: Tensor) -> Tensor:
-            return self.dropout1(self.self_attention(Z, Z, Z, is_causal=is_causal,
-                                                     kv_cache=kv_cache))
+            return self.dropout1(self.self_attention(Z, Z, Z, valid_lens, attn_mask=attn_mask,
+                                                     is_causal=is_causal, kv_cache=kv_cache))
 
         def cross_attend(Z: Tensor) -> Tensor:
-            return self.dropout2(self.cross_attention(Z, memory, memory, memory_valid_lens))
+            return self.dropout2(self.cross_attention(Z, memory, memory, memory_valid_lens,
+                                                      attn_mask=memory_mask))
 
         def feed_forward(Z: Tensor) -> Tensor:
             return self.dropout3(self.ffn(Z))
@@ -396,13 +482,15 @@ class TransformerDecoderBlock(nn.Module):
         """A block with the weights, sizes, dtype and device of a PyTorch decoder layer.
 
         Args:
-            layer: ``nn.TransformerDecoderLayer`` built with ``batch_first=True``, ReLU and
-                biases.
+            layer: ``nn.TransformerDecoderLayer`` built with ``batch_first=True``; any
+                activation, with biases or ``bias=False``.
 
         Returns:
             a :class:`TransformerDecoderBlock` in the same train/eval mode whose outputs equal
-            the layer's (``is_causal=True`` for a causal ``tgt_mask``, ``memory_valid_lens``
-            for ``memory_key_padding_mask``).
+            the layer's (``is_causal=True`` for a causal ``tgt_mask``, ``attn_mask`` for
+            another ``tgt_mask``, ``valid_lens`` for ``tgt_key_padding_mask``,
+            ``memory_valid_lens`` for ``memory_key_padding_mask``, ``memory_mask`` for
+            ``memory_mask``; bool masks negated, since PyTorch's True means *ignore*).
 
         Raises:
             ValueError: if ``layer`` is not such a layer.
@@ -414,10 +502,11 @@ class TransformerDecoderBlock(nn.Module):
 
         Source: the parameter layout of ``torch.nn.TransformerDecoderLayer``.
         """
-        _check_torch_layer(layer, nn.TransformerDecoderLayer)
+        bias = _check_torch_layer(layer, nn.TransformerDecoderLayer)
         ref = layer.self_attn
         block = cls(ref.embed_dim, ref.num_heads, layer.linear1.out_features, layer.dropout.p,
-                    norm_first=layer.norm_first, layer_norm_eps=layer.norm1.eps)
+                    norm_first=layer.norm_first, layer_norm_eps=layer.norm1.eps,
+                    activation=_torch_activation(layer), bias=bias)
         block.to(device=ref.in_proj_weight.device, dtype=ref.in_proj_weight.dtype)
         with torch.no_grad():
             _copy_mha(block.self_attention, ref)

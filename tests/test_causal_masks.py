@@ -100,7 +100,7 @@ def test_query_without_any_key_gets_zero_weights_not_nan():
 
 
 @pytest.mark.parametrize("bad, match", [
-    (torch.ones(4, 6), "attn_mask must be a bool"),
+    (torch.ones(4, 6, dtype=torch.int64), "attn_mask must be a bool"),  # float: a bias
     ([[True]], "attn_mask must be a bool"),
     (torch.ones(4, 5, dtype=torch.bool), r"broadcast to \(\.\.\., Q, K\)"),
     (torch.ones(6, dtype=torch.bool), r"broadcast to \(\.\.\., Q, K\)"),

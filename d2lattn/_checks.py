@@ -1,0 +1,332 @@
+"""The input checks of d2lattn's attention modules, and their messages, in one place.
+
+Private: the modules import these functions; the public names built on them
+(``check_positive_ints``, ``check_qkv``) are re-exported where they always lived. Every check
+raises ``ValueError`` naming the argument and the expected shape, dtype or range, so that bad
+input never becomes a silent NaN or a raw ``RuntimeError`` from deep inside a matrix product.
+This module imports nothing from d2lattn (every other module may import it).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence, Tuple, Union
+
+import torch
+from torch import Tensor
+
+#: Valid lengths: ``(B,)`` (one per sequence) or ``(B, Q)`` (one per query) integers.
+ValidLens = Union[Tensor, Sequence[int]]
+#: A sliding window: ``w`` (the same on both sides) or ``(left, right)``; ``None`` or ``-1``
+#: on one side means unbounded on that side (FlashAttention's convention).
+Window = Union[int, Tuple[Optional[int], Optional[int]]]
+
+
+# --- numbers ----------------------------------------------------------------------------------
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_positive_ints(**sizes: object) -> None:
+    """Raise ``ValueError`` naming the first argument that is not a positive ``int``.
+
+    ``bool`` is rejected although it is a subclass of ``int``.
+
+    Example:
+        >>> check_positive_ints(num_hiddens=8, num_heads=0)
+        Traceback (most recent call last):
+            ...
+        ValueError: num_heads must be a positive integer, got 0
+
+    Source: the book's input-checking convention (bad input names the argument).
+    """
+    for name, value in sizes.items():
+        if not _is_int(value) or value < 1:  # type: ignore[operator]
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def check_non_negative_ints(**sizes: object) -> None:
+    """Raise ``ValueError`` naming the first argument that is not an ``int >= 0``."""
+    for name, value in sizes.items():
+        if not _is_int(value) or value < 0:  # type: ignore[operator]
+            raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+
+
+def check_positive(name: str, value: object) -> None:
+    """A positive finite number (a scale, a temperature, an epsilon, a bandwidth)."""
+    if not _is_number(value) or not value > 0 or not math.isfinite(value):  # type: ignore
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+
+
+def check_scale(scale: object) -> None:
+    """``None`` (meaning ``1 / sqrt(d)``) or a positive finite number."""
+    if scale is not None and (not _is_number(scale) or not scale > 0  # type: ignore[operator]
+                              or not math.isfinite(scale)):  # type: ignore[arg-type]
+        raise ValueError(f"scale must be None or a positive finite number, got {scale!r}")
+
+
+def check_dropout(dropout: object, name: str = "dropout") -> None:
+    """A probability in ``[0, 1)``."""
+    if not _is_number(dropout) or not 0.0 <= dropout < 1.0:  # type: ignore[operator]
+        raise ValueError(f"{name} must lie in [0, 1), got {dropout!r}")
+
+
+def check_bool(**flags: object) -> None:
+    """Raise ``ValueError`` naming the first flag (``is_causal``, ``norm_first``...) not a bool."""
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise ValueError(f"{name} must be a bool, got {value!r}")
+
+
+def check_layer_norm_eps(eps: object) -> None:
+    """LayerNorm's epsilon: a positive finite number (0 divides by zero on a constant row)."""
+    if not _is_number(eps) or not eps > 0 or not math.isfinite(eps):  # type: ignore[operator]
+        raise ValueError(f"layer_norm_eps must be a positive finite number, got {eps!r}")
+
+
+def check_window(window: object) -> Optional[Tuple[Optional[int], Optional[int]]]:
+    """``window`` as ``(left, right)`` (``None`` = unbounded side), or ``None`` for no window.
+
+    An integer ``w >= 0`` means ``(w, w)``; a pair takes integers ``>= 0``, or ``None`` or
+    ``-1`` for a side without limit (FlashAttention's ``window_size=(-1, -1)`` is no window).
+    """
+    if window is None:
+        return None
+    if _is_int(window):
+        if window < 0:  # type: ignore[operator]
+            raise ValueError(f"window must be None, an integer >= 0 or a pair (left, right), "
+                             f"got {window!r}")
+        return window, window  # type: ignore[return-value]
+    if isinstance(window, (tuple, list)) and len(window) == 2:
+        sides = []
+        for side in window:
+            if side is None or (_is_int(side) and side == -1):
+                sides.append(None)
+            elif _is_int(side) and side >= 0:
+                sides.append(side)
+            else:
+                break
+        else:
+            return None if sides == [None, None] else (sides[0], sides[1])
+    raise ValueError(f"window must be None, an integer >= 0 or a pair (left, right) of "
+                     f"integers >= 0 (None or -1: unbounded), got {window!r}")
+
+
+# --- queries, keys and values -----------------------------------------------------------------
+
+def _check_queries_keys(queries: Tensor, keys: Tensor, *, same_size: bool) -> None:
+    """Float tensors with >= 3 axes, the same leading axes, and (if asked) the same size d."""
+    for name, t in (("queries", queries), ("keys", keys)):
+        if not isinstance(t, Tensor) or not t.is_floating_point():
+            raise ValueError(f"{name} must be a floating-point tensor")
+        if t.dim() < 3:
+            raise ValueError(f"{name} must have shape (B, ..., n, size), got shape {tuple(t.shape)}")
+    if keys.shape[:-2] != queries.shape[:-2]:
+        raise ValueError(
+            f"keys must have the leading axes of queries {tuple(queries.shape[:-2])}, "
+            f"got keys of shape {tuple(keys.shape)}"
+        )
+    if same_size and queries.shape[-1] != keys.shape[-1]:
+        raise ValueError(
+            f"queries and keys must have the same feature size d, "
+            f"got {queries.shape[-1]} and {keys.shape[-1]}"
+        )
+
+
+def check_qkv(
+    queries: Tensor,
+    keys: Tensor,
+    values: Tensor,
+    *,
+    same_size: bool,
+    query_size: Optional[int] = None,
+    key_size: Optional[int] = None,
+    value_size: Optional[int] = None,
+) -> None:
+    """Check the shapes of an attention call, raising ``ValueError`` with the culprit's name.
+
+    Args:
+        queries: ``(B, ..., Q, d_q)`` float.
+        keys: ``(B, ..., K, d_k)`` float, the same leading axes as ``queries``.
+        values: ``(B, ..., K, v)`` float, as many rows as ``keys``.
+        same_size: require ``d_q == d_k`` (dot-product scores need it).
+        query_size, key_size, value_size: keyword-only; if given, the feature size that
+            ``d_q``, ``d_k`` and ``v`` must have (a layer's input sizes).
+
+    Raises:
+        ValueError: on a non-float input, fewer than 3 axes, or mismatched sizes.
+
+    Example:
+        >>> check_qkv(torch.ones(2, 1, 4), torch.ones(2, 10, 4), torch.ones(2, 10, 3), same_size=True)
+        >>> check_qkv(torch.ones(2, 1, 4), torch.ones(2, 10, 4), torch.ones(2, 9, 3), same_size=True)
+        Traceback (most recent call last):
+            ...
+        ValueError: values must have shape (B, ..., K, v) with the K = 10 rows of keys, got values of shape (2, 9, 3) and keys of shape (2, 10, 4)
+
+    Source: the shape legend of the book's notation page.
+    """
+    _check_queries_keys(queries, keys, same_size=same_size)
+    if not isinstance(values, Tensor) or not values.is_floating_point():
+        raise ValueError("values must be a floating-point tensor")
+    if values.shape[:-1] != keys.shape[:-1]:
+        raise ValueError(
+            f"values must have shape (B, ..., K, v) with the K = {keys.shape[-2]} rows of keys, "
+            f"got values of shape {tuple(values.shape)} and keys of shape {tuple(keys.shape)}"
+        )
+    for name, t, size_name, size in (("queries", queries, "query_size", query_size),
+                                     ("keys", keys, "key_size", key_size),
+                                     ("values", values, "value_size", value_size)):
+        if size is not None and t.shape[-1] != size:
+            raise ValueError(f"{name} must have feature size {size_name} = {size}, "
+                             f"got {t.shape[-1]}")
+
+
+def check_scores_args(queries: Tensor, keys: Tensor) -> None:
+    """Check the arguments of a score function, raising ``ValueError`` with the culprit's name."""
+    _check_queries_keys(queries, keys, same_size=True)
+    if queries.dtype != keys.dtype:
+        raise ValueError(f"queries and keys must have the same dtype, "
+                         f"got {queries.dtype} and {keys.dtype}")
+
+
+def check_sdpa_inputs(queries: Tensor, keys: Tensor, values: Tensor, *,
+                      enable_gqa: bool = False) -> int:
+    """Queries, keys and values as SDPA takes them; return ``r``, query heads per key/value head.
+
+    With ``enable_gqa`` the head axis (-3) of the keys and values may divide the queries'.
+    """
+    check_bool(enable_gqa=enable_gqa)
+    r = 1
+    if enable_gqa:
+        for name, t in (("queries", queries), ("keys", keys)):
+            if not isinstance(t, Tensor) or t.dim() < 4:
+                raise ValueError(f"with enable_gqa=True, {name} must have shape "
+                                 f"(B, ..., heads, n, d), got {_describe(t)}")
+        h, g = queries.shape[-3], keys.shape[-3]
+        if g == 0 or h < g or h % g != 0:
+            raise ValueError(f"with enable_gqa=True, the query heads ({h}) must be a multiple "
+                             f"of the key/value heads ({g})")
+        r = h // g
+        queries = queries.narrow(-3, 0, g)  # a view with the keys' head count, for check_qkv
+    check_qkv(queries, keys, values, same_size=True)
+    check_same_dtype_device(queries=queries, keys=keys, values=values)
+    return r
+
+
+# --- valid lengths ----------------------------------------------------------------------------
+
+def as_valid_lens(valid_lens: ValidLens) -> Tensor:
+    """``valid_lens`` as an integer tensor (not yet checked against the shapes)."""
+    if not isinstance(valid_lens, Tensor):
+        try:
+            valid_lens = torch.as_tensor(valid_lens)
+        except (TypeError, ValueError, RuntimeError) as err:
+            raise ValueError(
+                f"valid_lens must be an integer tensor of shape (B,) or (B, Q); got {valid_lens!r}"
+            ) from err
+    if valid_lens.dtype == torch.bool or valid_lens.is_floating_point() or valid_lens.is_complex():
+        raise ValueError(f"valid_lens must have an integer dtype, got {valid_lens.dtype}")
+    return valid_lens
+
+
+def check_valid_lens_range(valid_lens: Tensor, num_keys: int) -> None:
+    """Every entry in ``[0, num_keys]``."""
+    if valid_lens.numel() > 0:
+        lo, hi = int(valid_lens.min()), int(valid_lens.max())
+        if lo < 0 or hi > num_keys:
+            raise ValueError(
+                f"valid_lens entries must lie in [0, {num_keys}] (the number of keys); "
+                f"got values in [{lo}, {hi}]"
+            )
+
+
+def check_valid_lens(valid_lens: ValidLens, B: int, Q: int, K: int) -> Tensor:
+    """``valid_lens`` as int64 of shape ``(B,)`` or ``(B, Q)``, with entries in ``[0, K]``."""
+    lens = as_valid_lens(valid_lens)
+    if lens.shape not in ((B,), (B, Q)):
+        raise ValueError(f"valid_lens must have shape (B,) = ({B},) or (B, Q) = ({B}, {Q}), "
+                         f"got shape {tuple(lens.shape)}")
+    check_valid_lens_range(lens, K)
+    return lens.to(torch.int64)
+
+
+# --- tensors ----------------------------------------------------------------------------------
+
+def _describe(t: object) -> str:
+    return f"shape {tuple(t.shape)}" if isinstance(t, Tensor) else type(t).__name__
+
+
+def check_same_dtype_device(**tensors: Tensor) -> None:
+    """All tensors share one dtype and one device (as SDPA requires)."""
+    names, ts = list(tensors), list(tensors.values())
+    if len({t.dtype for t in ts}) > 1:
+        got = ", ".join(f"{n} {t.dtype}" for n, t in zip(names, ts))
+        raise ValueError(f"{', '.join(names[:-1])} and {names[-1]} must have the same dtype, "
+                         f"got {got}")
+    if len({t.device for t in ts}) > 1:
+        raise ValueError(f"{', '.join(names[:-1])} and {names[-1]} must be on the same device")
+
+
+def check_input_dtype(name: str, X: Tensor, param_dtype: torch.dtype) -> None:
+    """A layer's input has its parameters' dtype (unless autocast converts it).
+
+    Without this a float64 input into a float32 layer fails deep inside a matrix product.
+    """
+    if X.dtype != param_dtype and not torch.is_autocast_enabled(X.device.type):
+        raise ValueError(f"{name} has dtype {X.dtype} but the layer's parameters are "
+                         f"{param_dtype}: convert one of them (layer.to({X.dtype}) or "
+                         f"{name}.to({param_dtype}))")
+
+
+def split_attn_mask(attn_mask: object, num_queries: int, num_keys: int,
+                    ) -> Tuple[Optional[Tensor], Optional[Tensor]]:
+    """Check an ``attn_mask`` and return it as ``(bool_mask, float_bias)``, one of them ``None``.
+
+    A bool mask is True = may attend; a float mask is added to the scores (``-inf`` forbids a
+    key), as ``F.scaled_dot_product_attention`` and ``nn.MultiheadAttention`` take it. Its last
+    two axes must broadcast to ``(Q, K)``.
+    """
+    if attn_mask is None:
+        return None, None
+    if not isinstance(attn_mask, Tensor) or not (attn_mask.dtype == torch.bool
+                                                 or attn_mask.is_floating_point()):
+        raise ValueError("attn_mask must be a bool tensor (True = may attend) or a float "
+                         "tensor added to the scores, got "
+                         + (f"dtype {attn_mask.dtype}" if isinstance(attn_mask, Tensor)
+                            else type(attn_mask).__name__))
+    tail = tuple(attn_mask.shape[-2:])
+    if attn_mask.dim() < 2 or tail[0] not in (1, num_queries) or tail[1] not in (1, num_keys):
+        raise ValueError(
+            f"attn_mask must broadcast to (..., Q, K) = (..., {num_queries}, {num_keys}), "
+            f"got shape {tuple(attn_mask.shape)}")
+    if attn_mask.dtype == torch.bool:
+        return attn_mask, None
+    return None, attn_mask
+
+
+def check_kv_cache_chunk(kv_cache: object, is_causal: bool, attn_mask: object,
+                         num_queries: int) -> None:
+    """A KV cache with several new queries needs a causal (or explicit) mask.
+
+    With ``is_causal=False`` the new queries would see each other's keys, the future included,
+    but not as a bidirectional layer would (the cache holds no keys after them): neither causal
+    nor bidirectional. One query at a time is fine (it sees the whole cache either way).
+    """
+    if kv_cache is not None and not is_causal and attn_mask is None and num_queries > 1:
+        raise ValueError(
+            f"kv_cache with is_causal=False and a chunk of {num_queries} queries would let the "
+            "new positions see each other's future; pass is_causal=True (or an attn_mask over "
+            "all cached and new keys, or one query at a time)")
+
+
+def check_cache_update(cached: Optional[Tensor], new: Tensor, name: str) -> None:
+    """New keys or values for a cache: the cached dtype and device, no silent promotion."""
+    if cached is not None and (new.dtype != cached.dtype or new.device != cached.device):
+        raise ValueError(f"new {name} of dtype {new.dtype} on {new.device} do not match the "
+                         f"cached {name} ({cached.dtype} on {cached.device}); convert them "
+                         "first, a cache is not promoted silently")
