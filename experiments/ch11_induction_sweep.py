@@ -1,0 +1,185 @@
+"""Chapter 11's multi-seed sweep: induction heads in attention-only Transformers.
+
+Reproduces the table that ``book/ch11_induction_heads.ipynb`` reads:
+
+    python experiments/ch11_induction_sweep.py            # about 5 CPU minutes, one thread
+
+writes ``book/data/ch11_induction_sweep.json``. For each seed 0..4 it trains
+
+- the two-layer, two-head, attention-only model of the chapter (600 Adam steps) and records
+  its held-out accuracy, the head scores every 10 steps, the phase-change step, single-head
+  and whole-layer ablations (zero and mean) and the generalisation tests;
+- a one-layer model with the same budget (same width, heads and steps);
+- a bigger one-layer model with 4x the steps (d = 128, 4 heads, 2400 steps).
+
+The tests include sequences that start with 8 non-recurring "distractor" tokens, on which the
+shortcut "predict the least recently seen token" fails while induction still works.
+
+Every run uses ``torch.set_num_threads(1)``; results depend on the seed and, in their last
+bits, on the CPU, which is why the chapter compares its live run with a tolerance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+from typing import Dict, List
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch  # noqa: E402
+
+from d2lattn.circuits import (AttentionOnlyTransformer, head_means,  # noqa: E402
+                              induction_accuracy, prefix_matching_score,
+                              previous_token_score, repeated_sequences, train_induction)
+
+# The setting of the chapter (keep in sync with the notebook's CONFIG cell)
+VOCAB_SIZE = 32  # token ids 0..31
+TRAIN_VOCAB = list(range(24))  # training never shows tokens 24..31
+HELD_OUT_VOCAB = list(range(24, 32))
+SEQ_LEN, PERIODS = 32, (6, 16)
+STEPS, LR, BATCH = 600, 1e-3, 64
+EVAL_EVERY = 10
+TEST_SEED = 1000  # the held-out batch
+SEEDS = [0, 1, 2, 3, 4]
+
+
+def test_sets() -> Dict[str, torch.Tensor]:
+    """The evaluation batches, each (512, T): in distribution and the generalisation tests."""
+    def batch(seq_len, vocab, periods, distractors=0):
+        g = torch.Generator().manual_seed(TEST_SEED)
+        return repeated_sequences(512, seq_len, vocab, periods, distractors=distractors,
+                                  generator=g)[0]
+
+    return {
+        "train setting": batch(SEQ_LEN, TRAIN_VOCAB, PERIODS),
+        "periods 2-5": batch(SEQ_LEN, TRAIN_VOCAB, (2, 5)),
+        "periods 17-24": batch(SEQ_LEN, TRAIN_VOCAB, (17, 24)),
+        "unseen tokens 24-31": batch(SEQ_LEN, HELD_OUT_VOCAB, (4, 8)),
+        "length 64": batch(64, TRAIN_VOCAB, PERIODS),
+        "8 distractors first": batch(SEQ_LEN, TRAIN_VOCAB, (6, 12), distractors=8),
+    }
+
+
+@torch.no_grad()
+def accuracy_split(model, tokens: torch.Tensor, split: int) -> List[float]:
+    """Accuracy on the determined positions before and from position ``split``."""
+    from d2lattn.circuits import determined_positions
+
+    right = model(tokens)[:, :-1].argmax(-1) == tokens[:, 1:]  # (B, T - 1)
+    mask = determined_positions(tokens)[:, :-1]
+    early, late = mask.clone(), mask.clone()
+    early[:, split:] = False
+    late[:, :split] = False
+    return [right[early].float().mean().item(), right[late].float().mean().item()]
+
+
+def train_two_layer(seed: int) -> dict:
+    """The chapter's model for one seed; the chapter repeats this for seed 0."""
+    tests = test_sets()
+    held_out = tests["train setting"]
+    torch.manual_seed(seed)
+    model = AttentionOnlyTransformer(VOCAB_SIZE, num_hiddens=64, num_heads=2, num_layers=2)
+    history = {"step": [], "accuracy": [], "previous_token": [], "prefix_matching": []}
+
+    @torch.no_grad()
+    def record(step, model):
+        if step % EVAL_EVERY:
+            return
+        model.eval()
+        history["step"].append(step)
+        history["accuracy"].append(induction_accuracy(model, held_out))
+        weights = [block.attention_weights for block in model.blocks]  # (B, h, T, T) each
+        history["previous_token"].append([previous_token_score(w).tolist() for w in weights])
+        history["prefix_matching"].append(
+            [prefix_matching_score(w, held_out).tolist() for w in weights])
+        model.train()
+
+    losses = train_induction(model, STEPS, vocab=TRAIN_VOCAB, seq_len=SEQ_LEN,
+                             periods=PERIODS, batch_size=BATCH, lr=LR, seed=seed,
+                             callback=record)
+    phase = next((s for s, a in zip(history["step"], history["accuracy"]) if a >= 0.5), None)
+    means = head_means(model, held_out)  # (L, h, T, d)
+    base = induction_accuracy(model, held_out)
+    L, h = len(model.blocks), model.blocks[0].num_heads
+    ablation = {}
+    for kind in ("zero", "mean"):
+        def value(l, k):
+            return 0.0 if kind == "zero" else means[l, k]
+
+        ablation[kind] = {
+            "heads": [[induction_accuracy(model, held_out, ablate={(l, k): value(l, k)})
+                       for k in range(h)] for l in range(L)],
+            "layers": [induction_accuracy(model, held_out,
+                                          ablate={(l, k): value(l, k) for k in range(h)})
+                       for l in range(L)],
+        }
+    generalisation = {name: induction_accuracy(model, tokens) for name, tokens in tests.items()}
+    generalisation["length 64, positions < 32"], generalisation["length 64, positions >= 32"] = \
+        accuracy_split(model, tests["length 64"], 32)
+    return {"seed": seed, "losses": losses, "history": history,
+            "phase_step": phase, "accuracy": base, "ablation": ablation,
+            "generalisation": generalisation}
+
+
+def train_one_layer(seed: int, num_hiddens: int, num_heads: int, steps: int) -> dict:
+    tests = test_sets()
+    torch.manual_seed(seed)
+    model = AttentionOnlyTransformer(VOCAB_SIZE, num_hiddens=num_hiddens, num_heads=num_heads,
+                                     num_layers=1)
+    losses = train_induction(model, steps, vocab=TRAIN_VOCAB, seq_len=SEQ_LEN, periods=PERIODS,
+                             batch_size=BATCH, lr=LR, seed=seed)
+    held_out = tests["train setting"]
+    accuracy = induction_accuracy(model, held_out)  # fills attention_weights
+    weights = model.blocks[0].attention_weights  # (B, h, T, T)
+    return {"seed": seed, "num_hiddens": num_hiddens, "num_heads": num_heads, "steps": steps,
+            "accuracy": accuracy, "final_loss": sum(losses[-50:]) / 50,
+            "previous_token": previous_token_score(weights).tolist(),
+            "prefix_matching": prefix_matching_score(weights, held_out).tolist(),
+            "generalisation": {name: induction_accuracy(model, tokens)
+                               for name, tokens in tests.items()}}
+
+
+def _rounded(obj):
+    """Floats to 4 decimals (the table is compared with a tolerance, not bit for bit)."""
+    if isinstance(obj, float):
+        return round(obj, 4)
+    if isinstance(obj, dict):
+        return {k: _rounded(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_rounded(v) for v in obj]
+    return obj
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="*", default=SEEDS)
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1]
+                        / "book" / "data" / "ch11_induction_sweep.json")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    table = {"config": {"vocab_size": VOCAB_SIZE, "train_vocab": TRAIN_VOCAB,
+                        "seq_len": SEQ_LEN, "periods": PERIODS, "steps": STEPS, "lr": LR,
+                        "batch_size": BATCH, "eval_every": EVAL_EVERY, "test_seed": TEST_SEED,
+                        "torch": torch.__version__},
+             "two_layer": [], "one_layer": [], "one_layer_big": []}
+    for seed in args.seeds:
+        start = time.process_time()
+        table["two_layer"].append(train_two_layer(seed))
+        table["one_layer"].append(train_one_layer(seed, 64, 2, STEPS))
+        table["one_layer_big"].append(train_one_layer(seed, 128, 4, 4 * STEPS))
+        two = table["two_layer"][-1]
+        print(f"seed {seed}: 2-layer {two['accuracy']:.3f} (phase change at step "
+              f"{two['phase_step']}), 1-layer {table['one_layer'][-1]['accuracy']:.3f}, "
+              f"1-layer 4x {table['one_layer_big'][-1]['accuracy']:.3f}, "
+              f"{time.process_time() - start:.0f} CPU s", flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(_rounded(table), separators=(",", ":")) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
