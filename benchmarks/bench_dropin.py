@@ -1,4 +1,4 @@
-"""Measurements behind issue 18 (d2lattn as a drop-in): precision, memory, skipped tiles.
+"""Measurements of d2lattn as a drop-in for PyTorch's attention: precision, memory, skipped tiles.
 
     OMP_WAIT_POLICY=PASSIVE python benchmarks/bench_dropin.py [--T 4096] [--threads 2]
 

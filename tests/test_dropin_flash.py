@@ -1,4 +1,4 @@
-"""Issue 18, d2lattn as a drop-in for PyTorch: flash_attention, local and grouped-query attention.
+"""d2lattn as a drop-in for PyTorch: flash_attention, local and grouped-query attention.
 
 Every test uses PyTorch as the oracle (``F.scaled_dot_product_attention``, in float64 where
 the dtype is not the point).

@@ -1,4 +1,4 @@
-"""Issue 18, d2lattn as a drop-in for PyTorch: attention layers, Transformer blocks, ALiBi, checks.
+"""d2lattn as a drop-in for PyTorch: attention layers, Transformer blocks, ALiBi, checks.
 
 Oracles: ``F.scaled_dot_product_attention`` (math backend for dropout), ``nn.MultiheadAttention``,
 ``nn.TransformerEncoderLayer`` and ``nn.TransformerDecoderLayer``, in float64.
@@ -215,7 +215,7 @@ def test_encoder_from_torch_activation_bias_float_mask(activation, bias, norm_fi
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_decoder_from_torch_activation_and_bias(activation, bias, norm_first):
-    """Before issue 18 a GELU decoder layer was accepted and then differed by up to 0.145."""
+    """A GELU decoder layer was once accepted and then differed by up to 0.145: no longer."""
     layer = perturbed(nn.TransformerDecoderLayer(
         16, 4, 24, dropout=0.0, activation=ACTIVATIONS[activation], batch_first=True,
         norm_first=norm_first, bias=bias, dtype=torch.float64))
