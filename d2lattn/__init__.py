@@ -9,12 +9,17 @@ One module per idea, following the three steps of attention (score, normalize, p
   ``AdditiveAttention``, ``BilinearAttention``, and ``Attention`` for any score function;
 - :mod:`d2lattn.multihead` — ``MultiHeadAttention``;
 - :mod:`d2lattn.positional` — ``sinusoidal_positional_encoding``, ``PositionalEncoding``,
-  ``sinusoidal_shift_matrix``, ``LearnedPositionalEmbedding``, ``rotary_embedding``, ``alibi_bias``;
+  ``sinusoidal_shift_matrix``, ``LearnedPositionalEmbedding``, ``rotary_embedding``,
+  ``alibi_slopes``, ``alibi_bias``;
 - :mod:`d2lattn.kernel_regression` — ``nadaraya_watson``, ``NadarayaWatsonRegression``;
 - :mod:`d2lattn.plotting` — ``show_heatmaps``, ``show_fits``;
-- :mod:`d2lattn.seq2seq` — encoder–decoder with attention, greedy decoding, the date data set;
+- :mod:`d2lattn.data` — the CLDR date tasks of chapters 7 and 8;
+- :mod:`d2lattn.seq2seq` — encoder–decoder with and without attention, greedy decoding;
 - :mod:`d2lattn.transformer` — Transformer encoder and decoder blocks, KV cache;
-- :mod:`d2lattn.flash` — online softmax and block-wise (FlashAttention-style) attention.
+- :mod:`d2lattn.flash` — online softmax and block-wise (FlashAttention-style) attention;
+- :mod:`d2lattn.vision` — patch embedding, a small Vision Transformer, attention rollout;
+- :mod:`d2lattn.circuits` — an attention-only Transformer and induction-head measurements;
+- :mod:`d2lattn.interactive` — the data behind the website's movable figures.
 
 Importing the package has no side effects (matplotlib is loaded only when a plot is drawn).
 """
@@ -27,6 +32,7 @@ from .positional import (
     LearnedPositionalEmbedding,
     PositionalEncoding,
     alibi_bias,
+    alibi_slopes,
     rotary_embedding,
     sinusoidal_positional_encoding,
     sinusoidal_shift_matrix,
@@ -43,10 +49,14 @@ from .scoring import (
     dot_product_scores,
     gaussian_scores,
 )
-from . import flash, seq2seq, transformer
+from . import circuits, data, flash, interactive, seq2seq, transformer, vision
+from .circuits import *  # noqa: F401,F403  (names listed in circuits.__all__)
+from .data import *  # noqa: F401,F403  (names listed in data.__all__)
 from .flash import *  # noqa: F401,F403  (names listed in flash.__all__)
+from .interactive import *  # noqa: F401,F403  (names listed in interactive.__all__)
 from .seq2seq import *  # noqa: F401,F403  (names listed in seq2seq.__all__)
 from .transformer import *  # noqa: F401,F403  (names listed in transformer.__all__)
+from .vision import *  # noqa: F401,F403  (names listed in vision.__all__)
 
 __version__ = "0.1.0"
 
@@ -62,6 +72,7 @@ __all__ = [
     "PositionalEncoding",
     "ScoreFn",
     "alibi_bias",
+    "alibi_slopes",
     "causal_mask",
     "check_positive_ints",
     "check_qkv",
@@ -77,5 +88,7 @@ __all__ = [
     "sinusoidal_shift_matrix",
     "valid_lens_to_mask",
 ]
-__all__ += flash.__all__ + seq2seq.__all__ + transformer.__all__
+for _module in (circuits, data, flash, interactive, seq2seq, transformer, vision):
+    __all__ += _module.__all__
+del _module
 __all__.sort()
