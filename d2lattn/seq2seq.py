@@ -1,299 +1,41 @@
-"""Sequence to sequence with attention: reading dates written in many languages.
+"""Sequence to sequence with attention: the encoder-decoder models of chapter 7.
 
-The task (chapter 7): a date as the Unicode CLDR writes it in some locale and format, read
-character by character, is turned into the ISO form ``YYYY-MM-DD``::
+The task (chapter 7, data in :mod:`d2lattn.data`): a date as the Unicode CLDR writes it in some
+locale and format, read character by character, is turned into the ISO form ``YYYY-MM-DD``::
 
     "fr dimanche 22 novembre 2026"  ->  "2026-11-22"
     "ja 2026/11/22"                 ->  "2026-11-22"
 
-This module holds the data helpers (:func:`make_date_examples`, :class:`CharVocab`,
-:func:`pad_batch`) and the models: a GRU encoder, a decoder that sees only the encoder's last
-state, a decoder that attends over all encoder states with any attention layer of
-:mod:`d2lattn`, greedy decoding and the teacher-forced loss.
+This module holds the models: a GRU encoder, a decoder that sees only the encoder's last
+state, two decoders that attend over all encoder states with any attention layer of
+:mod:`d2lattn` (the query after the GRU step, as Luong et al.; or the previous state as the
+query and the context fed into the GRU, as Bahdanau et al.), greedy decoding and the
+teacher-forced loss.
 
 Shape legend: B batch, T source length, U target length, V vocabulary size, H hidden size.
 """
 
 from __future__ import annotations
 
-import datetime
-import random
-from typing import Iterable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .data import CharVocab
 from .scoring import check_positive_ints
 
 __all__ = [
-    "DATE_FORMATS",
-    "DATE_LOCALES",
     "AttentionDecoder",
-    "CharVocab",
-    "DateExample",
+    "BahdanauDecoder",
     "EncoderDecoder",
     "Seq2SeqDecoder",
     "Seq2SeqEncoder",
     "greedy_decode",
-    "make_date_examples",
-    "make_date_pairs",
-    "pad_batch",
     "seq2seq_loss",
+    "train_seq2seq",
 ]
-
-#: The locales of the date task: English, French, German, Spanish, Chinese, Japanese, Russian.
-DATE_LOCALES: Tuple[str, ...] = ("en", "fr", "de", "es", "zh", "ja", "ru")
-#: The four CLDR date lengths, from the most verbose to the most terse.
-DATE_FORMATS: Tuple[str, ...] = ("full", "long", "medium", "short")
-
-
-class DateExample(NamedTuple):
-    """One example of the date task: the ``source`` string, its ISO ``target``, and where the
-    source came from (``locale``, ``format``)."""
-
-    source: str
-    target: str
-    locale: str
-    format: str
-
-
-def make_date_examples(
-    n: int,
-    locales: Sequence[str] = DATE_LOCALES,
-    formats: Sequence[str] = DATE_FORMATS,
-    *,
-    seed: int = 0,
-    start: datetime.date = datetime.date(1950, 1, 1),
-    end: datetime.date = datetime.date(2049, 12, 31),
-    locale_tag: bool = True,
-) -> List[DateExample]:
-    """Draw ``n`` seeded random dates and write each in a random locale and CLDR format.
-
-    Each example draws a day uniformly in ``[start, end]``, a locale from ``locales`` and a
-    format from ``formats`` (uniformly, independently), and writes the source with
-    ``babel.dates.format_date``; the target is the ISO date ``YYYY-MM-DD``. With
-    ``locale_tag`` the source starts with the locale code and a space: without it some
-    sources are ambiguous (``1/5/03`` is 5 January in ``en`` and 1 May in ``es``). Short
-    formats print two-digit years; the default 100-year range keeps them unambiguous
-    (``50``-``99`` mean 19xx, ``00``-``49`` mean 20xx). Everything is offline (Babel ships the
-    CLDR data); the strings depend on Babel's CLDR version.
-
-    Args:
-        n: number of examples, ``>= 0``.
-        locales: non-empty sequence of Babel locale codes, e.g. ``("en", "fr")``.
-        formats: non-empty sequence drawn from ``"full"``, ``"long"``, ``"medium"``,
-            ``"short"``.
-        seed: seed of the private random generator (the global ``random`` state is untouched).
-        start: first possible date (inclusive).
-        end: last possible date (inclusive), ``>= start``.
-        locale_tag: prefix each source with ``"<locale> "``.
-
-    Returns:
-        a list of ``n`` :class:`DateExample` ``(source, target, locale, format)``.
-
-    Raises:
-        ValueError: if ``n`` is negative, ``locales`` or ``formats`` is empty or holds an
-            unknown name, or ``end < start``.
-
-    Example:
-        >>> for ex in make_date_examples(3, seed=1):
-        ...     print(ex.target, ex.locale, ex.format, repr(ex.source))
-        1974-02-09 zh full 'zh 1974年2月9日星期六'
-        1995-10-08 en short 'en 10/8/95'
-        2030-08-26 es short 'es 26/8/30'
-
-    Source: dates from the Unicode CLDR via Babel; the task echoes the date-normalization
-    demo of neural machine translation courses (book chapter 7).
-    """
-    from babel import Locale, UnknownLocaleError
-    from babel.dates import format_date
-
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ValueError(f"n must be a non-negative integer, got {n!r}")
-    if isinstance(locales, str) or len(locales) == 0:
-        raise ValueError(f"locales must be a non-empty sequence of locale codes, got {locales!r}")
-    if isinstance(formats, str) or len(formats) == 0:
-        raise ValueError(f"formats must be a non-empty sequence, got {formats!r}")
-    for fmt in formats:
-        if fmt not in DATE_FORMATS:
-            raise ValueError(f"formats must be drawn from {DATE_FORMATS}, got {fmt!r}")
-    for loc in locales:
-        try:
-            Locale.parse(loc)
-        except (UnknownLocaleError, ValueError, TypeError) as err:
-            raise ValueError(f"locales holds an unknown locale {loc!r}") from err
-    if end < start:
-        raise ValueError(f"end ({end}) must not be before start ({start})")
-    rng = random.Random(seed)
-    span = (end - start).days
-    examples = []
-    for _ in range(n):
-        day = start + datetime.timedelta(days=rng.randint(0, span))
-        loc = rng.choice(list(locales))
-        fmt = rng.choice(list(formats))
-        text = format_date(day, format=fmt, locale=loc)
-        source = f"{loc} {text}" if locale_tag else text
-        examples.append(DateExample(source, day.isoformat(), loc, fmt))
-    return examples
-
-
-def make_date_pairs(
-    n: int,
-    locales: Sequence[str] = DATE_LOCALES,
-    formats: Sequence[str] = DATE_FORMATS,
-    *,
-    seed: int = 0,
-    locale_tag: bool = True,
-) -> List[Tuple[str, str]]:
-    """``(source, target)`` pairs of :func:`make_date_examples` (same draws, same arguments).
-
-    Args:
-        n, locales, formats, seed, locale_tag: as in :func:`make_date_examples`.
-
-    Returns:
-        a list of ``n`` ``(source, target)`` string pairs.
-
-    Raises:
-        ValueError: as :func:`make_date_examples`.
-
-    Example:
-        >>> make_date_pairs(2, ["en"], ["short"], seed=0)
-        [('en 2/15/19', '2019-02-15'), ('en 6/16/96', '1996-06-16')]
-
-    Source: book chapter 7.
-    """
-    return [(ex.source, ex.target)
-            for ex in make_date_examples(n, locales, formats, seed=seed, locale_tag=locale_tag)]
-
-
-class CharVocab:
-    """A character vocabulary with four special tokens: ``<pad>``=0, ``<bos>``=1, ``<eos>``=2,
-    ``<unk>``=3; the characters of the texts follow in sorted order.
-
-    Args:
-        texts: the strings whose characters make up the vocabulary.
-
-    Attributes:
-        itos: list of tokens, index -> token (the specials, then the sorted characters).
-        stoi: dict, token -> index.
-        pad, bos, eos, unk: the indices 0, 1, 2, 3 of the special tokens.
-
-    Raises:
-        ValueError: if ``texts`` is a single string (pass a list of strings) or holds a
-            non-string.
-
-    Example:
-        >>> vocab = CharVocab(["2026-11-22"])
-        >>> len(vocab), vocab.itos[4:]
-        (9, ['-', '0', '1', '2', '6'])
-        >>> vocab.encode("2026", eos=True)
-        [7, 5, 7, 8, 2]
-        >>> vocab.decode([1, 7, 5, 7, 8, 2, 0, 0])
-        '2026'
-        >>> X, valid_lens = vocab.encode_batch(["21", "2026"], eos=True)
-        >>> X, valid_lens
-        (tensor([[7, 6, 2, 0, 0],
-                [7, 5, 7, 8, 2]]), tensor([3, 5]))
-
-    Source: book chapter 7 (the usual ``<pad>``/``<bos>``/``<eos>``/``<unk>`` convention of
-    sequence-to-sequence models, e.g. d2l.ai section 10.5).
-    """
-
-    SPECIALS: Tuple[str, ...] = ("<pad>", "<bos>", "<eos>", "<unk>")
-    pad, bos, eos, unk = 0, 1, 2, 3
-
-    def __init__(self, texts: Iterable[str]) -> None:
-        if isinstance(texts, str):
-            raise ValueError("texts must be a list of strings, not a single string")
-        chars = set()
-        for text in texts:
-            if not isinstance(text, str):
-                raise ValueError(f"texts must hold strings, got {type(text).__name__}")
-            chars.update(text)
-        self.itos: List[str] = list(self.SPECIALS) + sorted(chars)
-        self.stoi = {token: i for i, token in enumerate(self.itos)}
-
-    def __len__(self) -> int:
-        return len(self.itos)
-
-    def __repr__(self) -> str:
-        return f"CharVocab({len(self)} tokens)"
-
-    def encode(self, text: str, *, bos: bool = False, eos: bool = False) -> List[int]:
-        """Indices of the characters of ``text`` (``<unk>`` for a character not in the
-        vocabulary), with ``<bos>`` in front and/or ``<eos>`` at the end if asked."""
-        if not isinstance(text, str):
-            raise ValueError(f"text must be a string, got {type(text).__name__}")
-        ids = [self.stoi.get(ch, self.unk) for ch in text]
-        return ([self.bos] if bos else []) + ids + ([self.eos] if eos else [])
-
-    def decode(self, ids: Iterable[int]) -> str:
-        """The string of ``ids`` (a list or a 1-D tensor): stops at the first ``<eos>``, skips
-        ``<pad>`` and ``<bos>``, writes ``<unk>`` as ``"?"``."""
-        if isinstance(ids, Tensor):
-            if ids.dim() != 1:
-                raise ValueError(f"ids must be a 1-D tensor, got shape {tuple(ids.shape)}")
-            ids = ids.tolist()
-        out = []
-        for i in ids:
-            i = int(i)
-            if not 0 <= i < len(self.itos):
-                raise ValueError(f"ids must lie in [0, {len(self.itos)}), got {i}")
-            if i == self.eos:
-                break
-            if i in (self.pad, self.bos):
-                continue
-            out.append("?" if i == self.unk else self.itos[i])
-        return "".join(out)
-
-    def encode_batch(
-        self, texts: Sequence[str], *, bos: bool = False, eos: bool = False
-    ) -> Tuple[Tensor, Tensor]:
-        """Encode and pad ``texts``: ``(X, valid_lens)``, ``X`` a ``(B, T)`` LongTensor padded
-        with ``<pad>`` = 0 and ``valid_lens`` the ``(B,)`` lengths (see :func:`pad_batch`)."""
-        if isinstance(texts, str):
-            raise ValueError("texts must be a list of strings, not a single string")
-        return pad_batch([self.encode(t, bos=bos, eos=eos) for t in texts], pad_id=self.pad)
-
-
-def pad_batch(sequences: Sequence[Sequence[int]], pad_id: int = 0) -> Tuple[Tensor, Tensor]:
-    """Pad lists of token indices to one length: a ``(B, T)`` LongTensor and ``valid_lens``.
-
-    Args:
-        sequences: ``B >= 1`` sequences of non-negative ints (lists or 1-D tensors); ``T`` is
-            the longest length (at least 1, so an all-empty batch gives one pad column).
-        pad_id: the index written after each sequence's end.
-
-    Returns:
-        ``(X, valid_lens)``: ``X`` of shape ``(B, T)``, dtype ``torch.long``; ``valid_lens`` of
-        shape ``(B,)``, dtype ``torch.long``, the length of each sequence.
-
-    Raises:
-        ValueError: if ``sequences`` is empty or holds a negative or non-integer token.
-
-    Example:
-        >>> pad_batch([[5, 6, 7], [8]])
-        (tensor([[5, 6, 7],
-                [8, 0, 0]]), tensor([3, 1]))
-
-    Source: the ``valid_lens`` convention of d2l.ai, section 10.5.
-    """
-    if len(sequences) == 0:
-        raise ValueError("sequences must hold at least one sequence")
-    rows = [s.tolist() if isinstance(s, Tensor) else list(s) for s in sequences]
-    for row in rows:
-        for tok in row:
-            if isinstance(tok, bool) or not isinstance(tok, int) or tok < 0:
-                raise ValueError(f"sequences must hold non-negative integer tokens, got {tok!r}")
-    T = max(1, max(len(row) for row in rows))
-    X = torch.full((len(rows), T), pad_id, dtype=torch.long)  # (B, T)
-    for b, row in enumerate(rows):
-        if row:
-            X[b, : len(row)] = torch.tensor(row, dtype=torch.long)
-    valid_lens = torch.tensor([len(row) for row in rows], dtype=torch.long)  # (B,)
-    return X, valid_lens
-
 
 # --------------------------------------------------------------------------------------------
 # Models
@@ -536,12 +278,103 @@ class AttentionDecoder(nn.Module):
         return logits, (enc_outputs, enc_valid_lens, hidden)
 
 
+class BahdanauDecoder(nn.Module):
+    r"""A GRU decoder with attention placed as Bahdanau et al.: the *previous* state is the
+    query, and the context is fed into the GRU.
+
+    .. math:: \mathbf c_t = \sum_{j=1}^{T} \alpha(\mathbf s_{t-1}, \mathbf h_j)\, \mathbf h_j,
+              \quad \mathbf s_t = \mathrm{GRU}([\mathbf e(y_{t-1}); \mathbf c_t],
+              \mathbf s_{t-1}), \quad p(y_t) = \mathrm{softmax}(W_o [\mathbf s_t; \mathbf c_t])
+
+    The context of step ``t`` must be known before the GRU step, and it depends on the state
+    of the step before, so even teacher-forced training runs the steps one at a time (a loop
+    over ``U``), unlike :class:`AttentionDecoder`, which runs all steps in one GRU call. The
+    readout is the same as :class:`AttentionDecoder`'s (a linear layer, not the paper's
+    maxout), so the two placements differ only where the query is taken and where the context
+    goes. Padded source positions are masked with the encoder's ``valid_lens``.
+
+    Args:
+        vocab_size: V, the number of target tokens.
+        embed_size: the size of the target embeddings.
+        num_hiddens: H, the GRU's hidden size (the encoder's).
+        attention: any layer called as ``attention(queries (B, 1, H), keys (B, T, H),
+            values (B, T, H), valid_lens (B,))`` that returns ``(B, 1, context_size)``:
+            :class:`d2lattn.AdditiveAttention`, :class:`d2lattn.DotProductAttention`, ...
+        context_size: the feature size of the attention's output (default ``num_hiddens``).
+
+    Shapes: as :class:`Seq2SeqDecoder`.
+
+    Attributes:
+        attention_weights: the weights of every step of the last call, ``(B, U, T)``
+            (``(B, num_heads, U, T)`` for multi-head attention).
+
+    Raises:
+        ValueError: bad sizes; ``attention`` not an ``nn.Module``; ``Y`` not a ``(B, U)``
+            LongTensor of indices below ``V``.
+
+    Example:
+        >>> enc = Seq2SeqEncoder(10, 8, 16)
+        >>> dec = BahdanauDecoder(12, 8, 16, AdditiveAttention(16, 16, num_hiddens=8))
+        >>> X, X_lens = torch.tensor([[4, 5, 6], [7, 0, 0]]), torch.tensor([3, 1])
+        >>> logits, state = dec(torch.tensor([[1, 5], [1, 6]]), dec.init_state(*enc(X, X_lens), X_lens))
+        >>> logits.shape, dec.attention_weights.shape
+        (torch.Size([2, 2, 12]), torch.Size([2, 2, 3]))
+
+    Source: Bahdanau et al. (2015), section 3.1 and appendix A.2.2 (the query
+    :math:`\mathbf s_{i-1}`, the context as an input of the recurrent step).
+    """
+
+    def __init__(self, vocab_size: int, embed_size: int, num_hiddens: int, attention: nn.Module,
+                 *, context_size: Optional[int] = None) -> None:
+        super().__init__()
+        check_positive_ints(vocab_size=vocab_size, embed_size=embed_size,
+                            num_hiddens=num_hiddens)
+        if context_size is not None:
+            check_positive_ints(context_size=context_size)
+        if not isinstance(attention, nn.Module):
+            raise ValueError(f"attention must be an nn.Module (an attention layer), got "
+                             f"{type(attention).__name__}")
+        C = context_size or num_hiddens
+        self.vocab_size = vocab_size
+        self.embedding = nn.Embedding(vocab_size, embed_size)
+        self.rnn = nn.GRUCell(embed_size + C, num_hiddens)
+        self.attention = attention
+        self.dense = nn.Linear(num_hiddens + C, vocab_size)
+        self.attention_weights: Optional[Tensor] = None
+
+    def init_state(self, enc_outputs: Tensor, enc_state: Tensor,
+                   enc_valid_lens: Tensor) -> DecoderState:
+        """The decoder's initial state: ``(enc_outputs, enc_valid_lens, enc_state)``."""
+        return enc_outputs, enc_valid_lens, enc_state
+
+    def forward(self, Y: Tensor, state: DecoderState) -> Tuple[Tensor, DecoderState]:
+        _check_tokens("Y", Y, self.vocab_size)
+        enc_outputs, enc_valid_lens, hidden = state
+        emb = self.embedding(Y)  # (B, U, E)
+        s = hidden[0]  # (B, H): s_{t-1}
+        states, contexts, weights = [], [], []
+        for t in range(Y.shape[1]):
+            # 1. the previous state queries the encoder states (keys = values)
+            c = self.attention(s[:, None], enc_outputs, enc_outputs, enc_valid_lens)  # (B, 1, C)
+            weights.append(self.attention.attention_weights)
+            # 2. the GRU step reads the previous character and the context
+            s = self.rnn(torch.cat([emb[:, t], c[:, 0]], dim=-1), s)  # (B, H)
+            states.append(s)
+            contexts.append(c[:, 0])
+        self.attention_weights = torch.cat(weights, dim=-2) if weights else None  # (B, U, T)
+        # 3. predict each character from the new state and the context
+        logits = self.dense(torch.cat([torch.stack(states, 1), torch.stack(contexts, 1)],
+                                      dim=-1))  # (B, U, V)
+        return logits, (enc_outputs, enc_valid_lens, s[None])
+
+
 class EncoderDecoder(nn.Module):
     """An encoder and a decoder joined: ``model(X, X_valid_lens, Y_in)`` gives the logits.
 
     Args:
         encoder: a :class:`Seq2SeqEncoder` (or a module with the same call).
-        decoder: a :class:`Seq2SeqDecoder`, an :class:`AttentionDecoder`, or a module with
+        decoder: a :class:`Seq2SeqDecoder`, an :class:`AttentionDecoder`, a
+            :class:`BahdanauDecoder`, or a module with
             ``init_state`` and the same call.
 
     Shapes (``forward``):
@@ -619,6 +452,70 @@ def seq2seq_loss(model: EncoderDecoder, X: Tensor, X_valid_lens: Tensor, Y: Tens
     losses = F.cross_entropy(logits.transpose(1, 2), Y, reduction="none")  # (B, U)
     mask = torch.arange(U, device=Y.device) < Y_valid_lens[:, None]  # (B, U)
     return (losses * mask).sum() / mask.sum()
+
+
+def train_seq2seq(model: EncoderDecoder, X: Tensor, X_valid_lens: Tensor, Y: Tensor,
+                  Y_valid_lens: Tensor, *, steps: int, batch_size: int = 128,
+                  lr: float = 0.008, seed: int = 0,
+                  max_grad_norm: Optional[float] = None) -> List[float]:
+    """Train with Adam on teacher-forced batches of similar source length; the losses.
+
+    Each epoch visits every example once in batches from :func:`d2lattn.length_batches`
+    (shuffled again every epoch, nothing dropped); each batch is cut to its longest source
+    and target, so padding costs little.
+
+    Args:
+        model: an :class:`EncoderDecoder`, trained in place.
+        X: ``(N, T)`` long sources; X_valid_lens: ``(N,)`` their lengths.
+        Y: ``(N, U)`` long targets ending with ``<eos>``; Y_valid_lens: ``(N,)`` their lengths.
+        steps: the number of Adam steps, ``>= 1`` (keyword-only, as all below).
+        batch_size: the most examples per batch.
+        lr: Adam's learning rate, ``> 0``.
+        seed: seed of the batch order (the model's initialization is the caller's).
+        max_grad_norm: clip the gradient's global norm to this value (``None``: no clipping).
+
+    Returns:
+        the ``steps`` training losses, as Python floats.
+
+    Raises:
+        ValueError: bad sizes, or from :func:`seq2seq_loss` on bad shapes.
+
+    Example:
+        >>> _ = torch.manual_seed(0)
+        >>> model = EncoderDecoder(Seq2SeqEncoder(10, 8, 16), Seq2SeqDecoder(5, 8, 16))
+        >>> X, X_lens = torch.tensor([[4, 5, 6], [7, 8, 0]]), torch.tensor([3, 2])
+        >>> Y, Y_lens = torch.tensor([[3, 4, 2], [4, 2, 0]]), torch.tensor([3, 2])
+        >>> losses = train_seq2seq(model, X, X_lens, Y, Y_lens, steps=30, batch_size=2, lr=0.05)
+        >>> len(losses), losses[-1] < losses[0] / 10
+        (30, True)
+
+    Source: book chapter 7 (teacher forcing, Williams and Zipser (1989); Adam, Kingma and Ba
+    (2015); bucketing by length, Sutskever et al. (2014), section 3.4).
+    """
+    from .data import length_batches
+
+    check_positive_ints(steps=steps, batch_size=batch_size)
+    if not lr > 0:
+        raise ValueError(f"lr must be positive, got {lr!r}")
+    if max_grad_norm is not None and not max_grad_norm > 0:
+        raise ValueError(f"max_grad_norm must be positive or None, got {max_grad_norm!r}")
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    g = torch.Generator().manual_seed(seed)
+    batches: List[Tensor] = []
+    losses = []
+    for _ in range(steps):
+        if not batches:  # a new epoch: a fresh order
+            batches = length_batches(X_valid_lens.tolist(), batch_size, generator=g)
+        idx = batches.pop()
+        T, U = int(X_valid_lens[idx].max()), int(Y_valid_lens[idx].max())
+        loss = seq2seq_loss(model, X[idx, :T], X_valid_lens[idx], Y[idx, :U], Y_valid_lens[idx])
+        optimizer.zero_grad()
+        loss.backward()
+        if max_grad_norm is not None:
+            nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
 
 
 @torch.no_grad()

@@ -1,16 +1,13 @@
-"""d2lattn.seq2seq: the date data helpers, the encoder-decoder models, greedy decoding."""
-
-import datetime
+"""d2lattn.seq2seq: the encoder-decoder models, greedy decoding, training."""
 
 import pytest
 import torch
 from torch import nn
 
 from d2lattn import (
-    DATE_FORMATS,
-    DATE_LOCALES,
     AdditiveAttention,
     AttentionDecoder,
+    BahdanauDecoder,
     CharVocab,
     DotProductAttention,
     EncoderDecoder,
@@ -19,9 +16,9 @@ from d2lattn import (
     Seq2SeqEncoder,
     greedy_decode,
     make_date_examples,
-    make_date_pairs,
-    pad_batch,
+    make_multi_date_examples,
     seq2seq_loss,
+    train_seq2seq,
 )
 
 V_SRC, V_TGT, E, H = 11, 7, 8, 16
@@ -40,6 +37,8 @@ def make_model(kind: str, seed: int = 0) -> EncoderDecoder:
     encoder = Seq2SeqEncoder(V_SRC, E, H)
     if kind == "none":
         return EncoderDecoder(encoder, Seq2SeqDecoder(V_TGT, E, H))
+    if kind == "bahdanau":
+        return EncoderDecoder(encoder, BahdanauDecoder(V_TGT, E, H, AdditiveAttention(H, H, 8)))
     return EncoderDecoder(encoder, AttentionDecoder(V_TGT, E, H, attention_layers()[kind]()))
 
 
@@ -48,81 +47,9 @@ def padded_batch():
     return X, torch.tensor([5, 2, 3])
 
 
-# ---------------------------------------------------------------- data helpers
-
-def test_date_examples_are_seeded_correct_and_cover_all_locales_and_formats():
-    a = make_date_examples(400, seed=3)
-    assert a == make_date_examples(400, seed=3)
-    assert a != make_date_examples(400, seed=4)
-    assert {ex.locale for ex in a} == set(DATE_LOCALES)
-    assert {ex.format for ex in a} == set(DATE_FORMATS)
-    from babel.dates import format_date
-    for ex in a[:50]:
-        day = datetime.date.fromisoformat(ex.target)
-        assert ex.source == f"{ex.locale} " + format_date(day, ex.format, locale=ex.locale)
-    assert make_date_pairs(5, seed=3) == [(ex.source, ex.target) for ex in a[:5]]
-
-
-def test_date_examples_respect_range_and_tag():
-    start, end = datetime.date(2001, 1, 1), datetime.date(2001, 1, 31)
-    exs = make_date_examples(50, ["de"], ["short"], seed=0, start=start, end=end, locale_tag=False)
-    for ex in exs:
-        assert start <= datetime.date.fromisoformat(ex.target) <= end
-        assert ex.source.endswith(".01.01") and not ex.source.startswith("de ")
-
-
-def test_date_sources_with_locale_tag_are_unambiguous():
-    targets = {}
-    for ex in make_date_examples(5000, seed=0):
-        assert targets.setdefault(ex.source, ex.target) == ex.target
-
-
-@pytest.mark.parametrize("kwargs", [dict(n=-1), dict(n=2.0), dict(n=3, locales=[]),
-                                    dict(n=3, locales="en"), dict(n=3, formats=["tiny"]),
-                                    dict(n=3, locales=["xx_NOPE"]),
-                                    dict(n=3, start=datetime.date(2000, 1, 2),
-                                         end=datetime.date(2000, 1, 1))])
-def test_date_examples_bad_input(kwargs):
-    with pytest.raises(ValueError):
-        make_date_examples(**kwargs)
-
-
-def test_vocab_round_trip_specials_and_unknown():
-    vocab = CharVocab(["abc", "cd"])
-    assert vocab.itos[:4] == ["<pad>", "<bos>", "<eos>", "<unk>"]
-    assert (vocab.pad, vocab.bos, vocab.eos, vocab.unk) == (0, 1, 2, 3)
-    assert len(vocab) == 8
-    ids = vocab.encode("dab", bos=True, eos=True)
-    assert ids[0] == vocab.bos and ids[-1] == vocab.eos
-    assert vocab.decode(ids + [0, 0]) == "dab"
-    assert vocab.decode(vocab.encode("az")) == "a?"
-    assert vocab.decode(torch.tensor([4, 2, 5])) == "a"  # stops at <eos>
-
-
-@pytest.mark.parametrize("call", [lambda v: CharVocab("abc"), lambda v: CharVocab([1, 2]),
-                                  lambda v: v.encode(5), lambda v: v.decode([99]),
-                                  lambda v: v.decode(torch.zeros(2, 2, dtype=torch.long)),
-                                  lambda v: v.encode_batch("ab")])
-def test_vocab_bad_input(call):
-    with pytest.raises(ValueError):
-        call(CharVocab(["ab"]))
-
-
-def test_pad_batch():
-    X, valid_lens = pad_batch([[3, 4], [], [5, 6, 7]], pad_id=0)
-    assert X.dtype == torch.long and X.shape == (3, 3)
-    assert X.tolist() == [[3, 4, 0], [0, 0, 0], [5, 6, 7]]
-    assert valid_lens.tolist() == [2, 0, 3]
-    X, valid_lens = CharVocab(["ab"]).encode_batch(["ab", "b"], eos=True)
-    assert X.tolist() == [[4, 5, 2], [5, 2, 0]] and valid_lens.tolist() == [3, 2]
-    for bad in ([], [[1, -1]], [[1.5]], [[True]]):
-        with pytest.raises(ValueError):
-            pad_batch(bad)
-
-
 # ---------------------------------------------------------------- models
 
-@pytest.mark.parametrize("kind", ["none", "additive", "dot", "multihead"])
+@pytest.mark.parametrize("kind", ["none", "additive", "dot", "multihead", "bahdanau"])
 def test_shapes(kind):
     model = make_model(kind)
     X, X_valid_lens = padded_batch()
@@ -150,7 +77,7 @@ def test_encoder_final_state_ignores_padding():
         torch.testing.assert_close(state[:, b], alone[:, 0])
 
 
-@pytest.mark.parametrize("kind", ["additive", "dot", "multihead"])
+@pytest.mark.parametrize("kind", ["additive", "dot", "multihead", "bahdanau"])
 def test_padded_source_positions_get_exactly_zero_weight(kind):
     model = make_model(kind)
     X, X_valid_lens = padded_batch()
@@ -162,7 +89,7 @@ def test_padded_source_positions_get_exactly_zero_weight(kind):
         torch.testing.assert_close(weights[b].sum(-1), torch.ones(weights[b].shape[:-1]))
 
 
-@pytest.mark.parametrize("kind", ["none", "additive", "dot", "multihead"])
+@pytest.mark.parametrize("kind", ["none", "additive", "dot", "multihead", "bahdanau"])
 def test_outputs_do_not_depend_on_padding(kind):
     model = make_model(kind)
     X, X_valid_lens = padded_batch()
@@ -176,7 +103,7 @@ def test_outputs_do_not_depend_on_padding(kind):
     torch.testing.assert_close(model(more_padding, X_valid_lens, Y_in), logits)
 
 
-@pytest.mark.parametrize("kind", ["none", "additive"])
+@pytest.mark.parametrize("kind", ["none", "additive", "bahdanau"])
 def test_step_by_step_decoding_matches_teacher_forcing(kind):
     """Feeding the target one character at a time gives the one-call logits."""
     model = make_model(kind)
@@ -189,6 +116,59 @@ def test_step_by_step_decoding_matches_teacher_forcing(kind):
         logits, state = model.decoder(Y_in[:, t:t + 1], state)
         steps.append(logits)
     torch.testing.assert_close(torch.cat(steps, dim=1), full)
+
+
+def test_bahdanau_decoder_follows_its_equations():
+    """One hand-written step: the previous state queries, the context enters the GRU."""
+    model = make_model("bahdanau")
+    dec = model.decoder
+    X, X_valid_lens = padded_batch()
+    enc_outputs, s0 = model.encoder(X, X_valid_lens)
+    y0 = torch.tensor([[1], [1], [1]])
+    logits, state = dec(y0, dec.init_state(enc_outputs, s0, X_valid_lens))
+    c = dec.attention(s0[0][:, None], enc_outputs, enc_outputs, X_valid_lens)[:, 0]  # (B, H)
+    s1 = dec.rnn(torch.cat([dec.embedding(y0[:, 0]), c], dim=-1), s0[0])
+    torch.testing.assert_close(logits[:, 0], dec.dense(torch.cat([s1, c], dim=-1)))
+    torch.testing.assert_close(state[2][0], s1)
+    # the placement differs from AttentionDecoder's: the first query is the encoder's state
+    w = dec.attention_weights[:, 0]  # (B, T)
+    scores = dec.attention.w_v(torch.tanh(dec.attention.W_q(s0[0])[:, None]
+                                          + dec.attention.W_k(enc_outputs))).squeeze(-1)
+    mask = torch.arange(5) < X_valid_lens[:, None]
+    torch.testing.assert_close(w, scores.masked_fill(~mask, float("-inf")).softmax(-1))
+
+
+def test_bahdanau_decoder_with_multihead_attention_keeps_heads():
+    torch.manual_seed(0)
+    dec = BahdanauDecoder(V_TGT, E, H, MultiHeadAttention(H, num_heads=4))
+    enc = Seq2SeqEncoder(V_SRC, E, H)
+    X, X_valid_lens = padded_batch()
+    logits, _ = dec(torch.ones(3, 2, dtype=torch.long), dec.init_state(*enc(X, X_valid_lens),
+                                                                       X_valid_lens))
+    assert logits.shape == (3, 2, V_TGT) and dec.attention_weights.shape == (3, 4, 2, 5)
+
+
+def test_train_seq2seq_learns_and_is_seeded():
+    exs = make_multi_date_examples(48, [1, 2], ["de"], ["short"], seed=0)
+    src_vocab = CharVocab([ex.source for ex in exs])
+    tgt_vocab = CharVocab([ex.target for ex in exs])
+    X, X_valid_lens = src_vocab.encode_batch([ex.source for ex in exs])
+    Y, Y_valid_lens = tgt_vocab.encode_batch([ex.target for ex in exs], eos=True)
+
+    def run():
+        torch.manual_seed(0)
+        model = EncoderDecoder(Seq2SeqEncoder(len(src_vocab), 8, 32),
+                               AttentionDecoder(len(tgt_vocab), 8, 32, DotProductAttention()))
+        return train_seq2seq(model, X, X_valid_lens, Y, Y_valid_lens, steps=40, batch_size=16,
+                             lr=0.02, seed=1, max_grad_norm=1.0)
+
+    losses = run()
+    assert len(losses) == 40 and losses[-1] < 0.7 * losses[0]
+    assert run() == losses  # same seeds, same run
+    for bad in (dict(steps=0), dict(steps=2, lr=0.0), dict(steps=2, max_grad_norm=-1.0),
+                dict(steps=2, batch_size=0)):
+        with pytest.raises(ValueError):
+            train_seq2seq(make_model("dot"), X, X_valid_lens, Y, Y_valid_lens, **bad)
 
 
 class _Scripted(nn.Module):
@@ -285,6 +265,8 @@ def test_models_bad_input():
         greedy_decode(model, X, X_valid_lens, max_len=0)
     with pytest.raises(ValueError, match="attention"):
         AttentionDecoder(V_TGT, E, H, attention="additive")
+    with pytest.raises(ValueError, match="attention"):
+        BahdanauDecoder(V_TGT, E, H, attention="additive")
     with pytest.raises(ValueError, match="num_hiddens"):
         Seq2SeqEncoder(V_SRC, E, 0)
 
