@@ -12,10 +12,14 @@ every page and checks that
 - exercise solutions are collapsed until opened;
 - each chapter offers its notebook for download, and the ``.ipynb`` link works offline;
 - every interactive figure redraws, when each control moves, exactly the numbers the chapter's
-  Python code computed for that setting, and its script loads on those pages only.
+  Python code computed for that setting, and its script loads on those pages only;
+- the Chinese edition (``zh/``) has every page of the English one, each page links to its
+  translation and back (also from ``file://``), its prose is Chinese, its search finds Chinese
+  words, and its Chinese text is drawn with the site's own subset font, which covers every CJK
+  character the site uses. (The Chinese pages also go through every check above.)
 
 The site is taken from ``$D2LATTN_SITE_DIR`` (default: ``_build/html`` in the repository); it
-is built with ``jupyter-book build`` when missing. Chromium is Debian's ``chromium`` (or
+is built with ``python tools/book.py build`` (both languages) when missing. Chromium is Debian's ``chromium`` (or
 ``$D2LATTN_CHROMIUM``), driven by the ``playwright`` package without downloading any browser.
 Outside CI the test is skipped when the browser or playwright is missing; in CI (``CI=true``)
 that is a failure.
@@ -85,11 +89,10 @@ def _ensure_site() -> Path:
     if SITE.parts[-2:] != ("_build", "html"):
         pytest.fail(f"D2LATTN_SITE_DIR={SITE} has no index.html, and it is not a "
                     "'<folder>/_build/html' path that jupyter-book could build into")
-    exe = Path(sys.executable).with_name("jupyter-book")
-    command = [str(exe) if exe.is_file() else "jupyter-book", "build", str(ROOT)]
     if SITE != DEFAULT_SITE.resolve():
-        command += ["--path-output", str(SITE.parent.parent)]
-    subprocess.run(command, check=True, cwd=ROOT)
+        pytest.fail(f"D2LATTN_SITE_DIR={SITE} has no index.html: build it with "
+                    "`python tools/book.py build` and copy _build/html there")
+    subprocess.run([sys.executable, str(ROOT / "tools" / "book.py"), "build"], check=True, cwd=ROOT)
     assert (SITE / "index.html").is_file(), f"the build wrote no {SITE / 'index.html'}"
     return SITE
 
@@ -99,7 +102,8 @@ def _pages(site: Path) -> List[str]:
     pages = []
     for path in sorted(site.rglob("*.html")):
         rel = path.relative_to(site)
-        if rel.parts[0] in {"_static", "_sources", "_images", "_downloads"}:
+        parts = rel.parts[1:] if rel.parts[0] == "zh" else rel.parts  # the Chinese edition
+        if parts[0] in {"_static", "_sources", "_images", "_downloads"}:
             continue  # theme templates and copied sources, not pages
         pages.append(rel.as_posix())
     return pages
@@ -171,8 +175,8 @@ class Recorder:
         hosts = set()
         for url in self.requests:
             parts = urlsplit(url)
-            if parts.scheme in {"data", "blob", "about"}:
-                continue  # in-page resources, no network
+            if parts.scheme in {"data", "blob", "about", "file"}:
+                continue  # in-page resources and local files, no network
             if parts.hostname != LOCAL_HOST:
                 hosts.add(f"{parts.scheme}://{parts.hostname}")
         return hosts
@@ -509,6 +513,201 @@ def test_interactive_figures_draw_the_computed_numbers(site, base_url, browser):
     assert figures >= 6 and len(pages) >= 4, (figures, pages)
     times.sort()
     assert times[len(times) // 2] < 16, f"median redraw {times[len(times) // 2]:.1f} ms"
+
+
+# The Chinese edition (tools/book.py builds it into zh/; book/_ext/d2lattn_i18n.py adds the
+# switcher; book/assets/static/fonts holds its font) -------------------------------------------
+
+ZH = "zh/"
+CJK_CHAR = "[\u2e80-\u9fff\uf900-\ufaff\uff00-\uffef]"
+
+
+def _book_tool():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("d2lattn_book_tool", ROOT / "tools" / "book.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class _LanguageLinks(html.parser.HTMLParser):
+    """The page's language, its switcher link(s) and its rel=alternate links."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lang = None
+        self.switch: List[Dict[str, str]] = []
+        self.alternate: Dict[str, str] = {}
+
+    def handle_starttag(self, tag: str, attrs) -> None:
+        a = dict(attrs)
+        if tag == "html":
+            self.lang = a.get("lang")
+        elif tag == "a" and "d2lattn-lang-link" in (a.get("class") or "").split():
+            self.switch.append(a)
+        elif tag == "link" and a.get("rel") == "alternate" and a.get("hreflang"):
+            self.alternate[a["hreflang"]] = a.get("href", "")
+
+
+def _resolve(page: str, href: str) -> str:
+    from posixpath import dirname, join, normpath
+
+    return normpath(join(dirname(page), href))
+
+
+def _split_languages(site: Path):
+    pages = _pages(site)
+    zh = sorted(p[len(ZH):] for p in pages if p.startswith(ZH))
+    en = sorted(p for p in pages if not p.startswith(ZH))
+    return en, zh
+
+
+def test_both_languages_have_every_page(site):
+    en, zh = _split_languages(site)
+    assert zh, f"no Chinese site under {site / ZH}: build it with `python tools/book.py build`"
+    assert en == zh
+    assert sorted(p for p in zh if p.startswith(CHAPTER_PREFIX)) == _toc_chapters()
+
+
+def test_language_switcher_links_each_page_to_its_translation(site):
+    """Every page: the right lang attribute, one visible link to the same page in the other
+    language (relative, with hreflang and lang), and rel=alternate links for both languages."""
+    en, _ = _split_languages(site)
+    problems = []
+    for rel in en:
+        for here, there, page, other in (("en", "zh", rel, ZH + rel), ("zh", "en", ZH + rel, rel)):
+            text = (site / page).read_text(encoding="utf-8")
+            if 'http-equiv="Refresh"' in text[:500]:
+                continue  # the index.html stub that redirects to the preface
+            parser = _LanguageLinks()
+            parser.feed(text)
+            if not (parser.lang or "").lower().startswith(here):
+                problems.append(f"{page}: <html lang={parser.lang!r}>")
+            if rel in {"genindex.html", "search.html"} and not parser.switch:
+                pass  # Sphinx's generated pages: the alternate links below still apply
+            elif len(parser.switch) != 1:
+                problems.append(f"{page}: {len(parser.switch)} switcher links")
+            else:
+                link = parser.switch[0]
+                if (link.get("hreflang"), link.get("lang")) != (there, there):
+                    problems.append(f"{page}: switcher hreflang/lang {link}")
+                if link["href"].startswith(("/", "http:", "https:", "file:")):
+                    problems.append(f"{page}: switcher link is not relative: {link['href']}")
+                elif _resolve(page, link["href"]) != other:
+                    problems.append(f"{page}: switcher leads to {_resolve(page, link['href'])}")
+            alternate = {lang: _resolve(page, href) for lang, href in parser.alternate.items()}
+            if alternate != {here: page, there: other}:
+                problems.append(f"{page}: rel=alternate {alternate}")
+    assert problems == [], "\n".join(problems[:20])
+
+
+def test_cjk_font_covers_every_character_of_the_site(site):
+    """The shipped subset font has a glyph for every CJK character of both sites (pages and
+    search index), so Chinese renders on a machine with no CJK font installed."""
+    from fontTools.ttLib import TTFont
+
+    tool = _book_tool()
+    font_file = site / "_static" / "fonts" / tool.FONT_FILE.name
+    assert font_file.is_file(), f"{font_file} missing: is html_static_path copying fonts/?"
+    assert font_file.read_bytes() == tool.FONT_FILE.read_bytes(), "the site's font is stale"
+    cmap = TTFont(str(font_file)).getBestCmap()
+    used = tool.site_cjk_characters(site)
+    assert len(used) > 500, "the Chinese site has hardly any Chinese in it"
+    missing = sorted(c for c in used if ord(c) not in cmap)
+    assert missing == [], f"{len(missing)} characters lack a glyph (python tools/book.py font): " \
+                          + "".join(missing[:50])
+    assert font_file.stat().st_size < 1_000_000  # a subset, not the 19 MB collection
+
+
+PROSE_LEFT_IN_ENGLISH = r"""(cjk) => {
+  const re = new RegExp(cjk);
+  const skip = 'pre, code, .cell_output, .output, .highlight, .d2lattn-viz, .bibliography, ' +
+               '.citation, mjx-container, .math, script, style, .d2lattn-lang-switch, nav, ' +
+               '.headerlink, figure img';
+  return [...document.querySelectorAll('.bd-article p, .bd-article li, .bd-article h1, ' +
+                                       '.bd-article h2, .bd-article h3, .bd-article dd, .bd-article td, ' +
+                                       '.bd-article th, .bd-article figcaption')]
+    .filter(e => !e.closest(skip))
+    .map(e => {  // the element's own prose: without code, math, and quoted example sentences
+      const c = e.cloneNode(true);
+      c.querySelectorAll('code, .math, mjx-container, a.headerlink').forEach(x => x.remove());
+      return c.textContent.replace(/\u201c[^\u201d]*\u201d/g, ' ').trim();
+    })
+    .filter(t => !re.test(t) && (t.match(/[A-Za-z]{2,}/g) || []).length >= 6)
+    .slice(0, 5);
+}"""
+
+FONT_LOADED = """async () => {
+  await document.fonts.ready;
+  const faces = [...document.fonts].filter(f => f.family.replace(/"/g, '') === 'D2lattn CJK');
+  return {faces: faces.map(f => f.status), check: document.fonts.check('16px "D2lattn CJK"', '注意力'),
+          family: getComputedStyle(document.querySelector('.bd-article p')).fontFamily};
+}"""
+
+
+def test_chinese_pages_read_in_chinese_with_the_shipped_font(site, base_url, browser):
+    """Each Chinese page's prose is Chinese (no paragraph of six or more English words without
+    a Chinese character, outside code, outputs, figures and references), its math typesets
+    (the crawl checks that), and its Chinese text is drawn with the site's own font."""
+    _, zh = _split_languages(site)
+    page = browser.context.new_page()
+    english, fonts = [], {}
+    for rel in zh:
+        if not rel.startswith("book/"):
+            continue
+        _open(page, base_url, ZH + rel, site)
+        english += [f"{ZH + rel}: {t[:80]!r}" for t in page.evaluate(PROSE_LEFT_IN_ENGLISH, CJK_CHAR)]
+        fonts[rel] = page.evaluate(FONT_LOADED)
+    page.close()
+    assert english == [], "\n".join(english)
+    for rel, font in fonts.items():
+        assert "loaded" in font["faces"] and font["check"], f"{ZH + rel}: {font}"
+        assert font["family"].startswith('"D2lattn CJK"'), f"{ZH + rel}: {font['family']}"
+
+
+def test_switcher_works_from_file_urls(site, browser):
+    """Opened from disk (file://), the switcher goes from a Chinese chapter to the English one
+    and back."""
+    page = browser.context.new_page()
+    zh_page = (site / ZH / "book" / "ch1_attention_cues.html").resolve()
+    en_page = (site / "book" / "ch1_attention_cues.html").resolve()
+    page.goto(zh_page.as_uri(), wait_until="load")
+    assert page.evaluate("document.documentElement.lang").startswith("zh")
+    page.click(".d2lattn-lang-link")
+    page.wait_for_url(en_page.as_uri(), wait_until="load")
+    assert page.evaluate("document.documentElement.lang").startswith("en")
+    page.click(".d2lattn-lang-link")
+    page.wait_for_url(zh_page.as_uri(), wait_until="load")
+    page.close()
+
+
+SEARCH_RESULTS = """async () => {
+  for (let i = 0; i < 200; i++) {
+    const summary = document.querySelector('#search-results .search-summary, #search-results p');
+    const items = document.querySelectorAll('#search-results ul.search li');
+    if (items.length || (summary && summary.textContent.trim())) break;
+    await new Promise(r => setTimeout(r, 50));
+  }
+  return [...document.querySelectorAll('#search-results ul.search li a')].map(a => a.getAttribute('href'));
+}"""
+
+
+@pytest.mark.parametrize("prefix, query, expected", [
+    (ZH, "注意力汇聚", "book/ch1_attention_cues.html"),
+    (ZH, "归纳头", "book/ch11_induction_heads.html"),
+    ("", "induction heads", "book/ch11_induction_heads.html"),
+])
+def test_search_finds_words_in_both_languages(site, base_url, browser, prefix, query, expected):
+    """Full-text search works offline in both sites; the Chinese index is split into words
+    (jieba), so a Chinese word finds the chapter about it."""
+    from urllib.parse import quote
+
+    page = browser.context.new_page()
+    page.goto(f"{base_url}{prefix}search.html?q={quote(query)}", wait_until="load")
+    hits = page.evaluate(SEARCH_RESULTS)
+    page.close()
+    assert any(h.split("#")[0].split("?")[0].endswith(expected) for h in hits), (query, hits[:10])
 
 
 # These two run last, so that they cover the pages opened by every test above. -------------

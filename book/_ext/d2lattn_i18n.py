@@ -8,7 +8,12 @@ This extension does two things for both builds:
    output (a table a cell printed as Markdown, say) and inside any element with the class
    ``notranslate`` (the chapter-times table, read from a file the tests rewrite) is marked
    untranslatable, so it is neither extracted into the catalogues nor replaced at build time.
-2. **A language switcher on every page**: a visible link to the same page in the other
+2. **Chinese search that finds Chinese words.** Sphinx indexes Chinese text split into words by
+   jieba, but the search page splits a query only at spaces and punctuation, so a query such
+   as 注意力汇聚 (one run of characters) matched nothing unless it was itself one indexed word.
+   The search language below splits each run of Chinese characters in the query into the
+   longest words the index holds, left to right, the way jieba split the text.
+3. **A language switcher on every page**: a visible link to the same page in the other
    language, with ``hreflang`` and ``lang``, plus a ``<link rel="alternate">`` for each
    language in the page head. The links are relative (``zh/book/ch1.html`` from the English
    page, ``../book/ch1.html`` back), so they work offline and from ``file://``.
@@ -19,6 +24,7 @@ from __future__ import annotations
 import html
 
 from docutils import nodes
+from sphinx.search.zh import SearchChinese
 from sphinx.transforms import SphinxTransform
 
 #: The subdirectory of the English site that holds the Chinese one.
@@ -41,6 +47,32 @@ class KeepOutputsUntranslated(SphinxTransform):
             if _UNTRANSLATED_CLASSES.intersection(element.get("classes", ())):
                 for node in element.findall(nodes.TextElement):
                     node["translatable"] = False
+
+
+class SearchChineseQueries(SearchChinese):
+    """Sphinx's Chinese search, with a query splitter that knows the index's words."""
+
+    js_splitter_code = r"""
+var splitQuery = (query) => {
+  const han = /[\u3400-\u9fff\uf900-\ufaff]/;
+  const index = (typeof Search !== "undefined" && Search._index) || null;
+  const known = (w) => index !== null && (w in index.terms || w in index.titleterms);
+  const out = [];
+  const words = query.split(/[^\p{Letter}\p{Number}_\p{Emoji_Presentation}]+/gu).filter(w => w);
+  for (const word of words) {
+    for (const run of word.match(/[\u3400-\u9fff\uf900-\ufaff]+|[^\u3400-\u9fff\uf900-\ufaff]+/g)) {
+      if (!han.test(run) || index === null) { out.push(run); continue; }
+      for (let i = 0; i < run.length;) {  // longest indexed word first, left to right
+        let j = Math.min(run.length, i + 8);
+        while (j > i + 1 && !known(run.slice(i, j))) j--;
+        if (known(run.slice(i, j))) out.push(run.slice(i, j));
+        i = j;  // a single character the index lacks is dropped, not required
+      }
+    }
+  }
+  return out;
+};
+"""
 
 
 def _is_chinese(app) -> bool:
@@ -72,5 +104,6 @@ def _switcher(app, pagename, templatename, context, doctree) -> None:
 
 def setup(app):
     app.add_transform(KeepOutputsUntranslated)
+    app.add_search_language(SearchChineseQueries)
     app.connect("html-page-context", _switcher)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}
