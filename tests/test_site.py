@@ -620,6 +620,21 @@ def test_cjk_font_covers_every_character_of_the_site(site):
     assert font_file.stat().st_size < 1_000_000  # a subset, not the 19 MB collection
 
 
+def test_no_markdown_left_unrendered(site):
+    """No literal ``**`` in the text of any page (outside code): in CommonMark, emphasis next to
+    Chinese punctuation or a role can fail to open or close (``**是什么？**这`` stays literal),
+    which a translation can hit where the English did not."""
+    import re
+
+    leftover = []
+    for rel in _pages(site):
+        text = (site / rel).read_text(encoding="utf-8")
+        text = re.sub(r"<(pre|code|script|style|textarea)\b[^>]*>.*?</\1>", " ", text, flags=re.S)
+        text = re.sub(r"<[^>]+>", " ", text)
+        leftover += [f"{rel}: {m.group(0)!r}" for m in re.finditer(r".{0,25}\*\*.{0,25}", text)]
+    assert leftover == [], "\n".join(leftover[:20])
+
+
 PROSE_LEFT_IN_ENGLISH = r"""(cjk) => {
   const re = new RegExp(cjk);
   const skip = 'pre, code, .cell_output, .output, .highlight, .d2lattn-viz, .bibliography, ' +
