@@ -19,7 +19,9 @@ One module per idea, following the three steps of attention (score, normalize, p
 - :mod:`d2lattn.flash` — online softmax and block-wise (FlashAttention-style) attention;
 - :mod:`d2lattn.vision` — patch embedding, a small Vision Transformer, attention rollout;
 - :mod:`d2lattn.circuits` — an attention-only Transformer and induction-head measurements;
-- :mod:`d2lattn.interactive` — the data behind the website's movable figures.
+- :mod:`d2lattn.interactive` — the data behind the website's movable figures;
+- :mod:`d2lattn.diagnostics` — checks that find the classic attention bugs in any model
+  (``check_causal``, ``check_padding``, ``check_permutation_equivariance``, ...).
 
 Importing the package has no side effects (matplotlib is loaded only when a plot is drawn).
 """
@@ -57,6 +59,8 @@ from .interactive import *  # noqa: F401,F403  (names listed in interactive.__al
 from .seq2seq import *  # noqa: F401,F403  (names listed in seq2seq.__all__)
 from .transformer import *  # noqa: F401,F403  (names listed in transformer.__all__)
 from .vision import *  # noqa: F401,F403  (names listed in vision.__all__)
+from . import diagnostics
+from .diagnostics import *  # noqa: F401,F403  (names listed in diagnostics.__all__)
 
 __version__ = "0.1.0"
 
@@ -88,7 +92,7 @@ __all__ = [
     "sinusoidal_shift_matrix",
     "valid_lens_to_mask",
 ]
-for _module in (circuits, data, flash, interactive, seq2seq, transformer, vision):
+for _module in (circuits, data, flash, interactive, seq2seq, transformer, vision, diagnostics):
     __all__ += _module.__all__
 del _module
 __all__.sort()
