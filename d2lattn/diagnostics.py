@@ -133,6 +133,11 @@ def _spans(positions: Sequence[int]) -> str:
     return ", ".join(out)
 
 
+def _positions(positions: Sequence[int]) -> str:
+    """``[3]`` -> ``"position 3"``, ``[1, 2, 3]`` -> ``"positions 1-3"``."""
+    return f"position {positions[0]}" if len(positions) == 1 else f"positions {_spans(positions)}"
+
+
 def _check_model(model: object) -> None:
     if not callable(model):
         raise ValueError(f"model must be an nn.Module or a callable, got {type(model).__name__}")
@@ -288,7 +293,7 @@ def _non_finite(out: Tensor) -> Optional[str]:
     b = int(bad.flatten(1).any(dim=1).nonzero()[0])
     if out.dim() >= 2:
         per_pos = bad[b].flatten(1).any(dim=1) if out.dim() >= 3 else bad[b]
-        return f"sequence {b}, positions {_spans(per_pos.nonzero().flatten().tolist())}"
+        return f"sequence {b}, {_positions(per_pos.nonzero().flatten().tolist())}"
     return f"sequence {b}"
 
 
@@ -306,7 +311,7 @@ def _check_time_axis(out: Tensor, B: int, T: int, what: str) -> None:
 
 def _not_finite_result(name: str, where: str, tol: float, what: str) -> CheckResult:
     return CheckResult(name, False, f"{what} are not finite ({where}), so nothing can be "
-                       "compared; run check_finite to see where NaN comes from.",
+                       "compared; check_finite shows where the NaN comes from.",
                        float("nan"), tol)
 
 
@@ -374,7 +379,7 @@ def check_causal(model: Model, inputs: Tensor, *, mode: str = "eval",
         tol = _tolerance(reference, tolerance)
         where = _non_finite(reference)
         if where is not None:
-            return _not_finite_result(name, where, tol, "the outputs")
+            return _not_finite_result(name, where, tol, "The outputs")
         deviations = torch.zeros(T - 1, dtype=torch.float64)
         for t in range(T - 1):
             changed = _perturbed(inputs, (positions > t).expand(B, T), generator, vocab_size)
@@ -392,15 +397,14 @@ def check_causal(model: Model, inputs: Tensor, *, mode: str = "eval",
     how = _describe_run(inputs, mode, seed)
     if not leaking:
         message = (f"For every position t of {T}, changing the inputs after t left the output "
-                   f"at t unchanged (largest deviation {_fmt(largest)}, tolerance {_fmt(tol)}; "
-                   f"{how}).")
+                   f"at t unchanged (within the tolerance {_fmt(tol)}; {how}).")
         return CheckResult(name, True, message, largest, tol, None,
                            {"deviations": deviations, "reads": []})
     p = leaking[0]
     worst = int(deviations.argmax())
     message = (f"The output at position {p} changed by {_fmt(float(deviations[p]))} when the "
                f"inputs after it changed (tolerance {_fmt(tol)}): it reads "
-               f"{'position' if len(reads) == 1 else 'positions'} {_spans(reads) or '(several at once)'}. "
+               f"{_positions(reads) if reads else 'several later positions together'}. "
                f"{len(leaking)} of the first {T - 1} positions leak; the largest deviation is "
                f"{_fmt(largest)}, at position {worst} ({how}).")
     return CheckResult(name, False, message, largest, tol, p,
@@ -476,7 +480,7 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
         ref_valid = reference[~padding] if per_position else reference
         where = _non_finite(ref_valid[None] if per_position else ref_valid)
         if where is not None:
-            return _not_finite_result(name, "at valid positions", tol, "the outputs")
+            return _not_finite_result(name, "at valid positions", tol, "The outputs")
         changed = _perturbed(inputs, padding, generator, vocab_size)
         out = run(changed, valid_lens.clone())
     how = _describe_run(inputs, mode, seed)
@@ -489,8 +493,7 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
         moved = dev > tol
         if not bool(moved.any()):
             message = (f"{what} left the outputs at all {int(lens.sum())} valid positions "
-                       f"unchanged (largest deviation {_fmt(largest)}, tolerance {_fmt(tol)}; "
-                       f"{how}).")
+                       f"unchanged (within the tolerance {_fmt(tol)}; {how}).")
             return CheckResult(name, True, message, largest, tol, None, {"deviations": dev})
         b = int(moved.any(dim=1).nonzero()[0])
         p = int(moved[b].nonzero()[0])
@@ -506,8 +509,8 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
     largest = float(dev.max())
     moved = dev > tol
     if not bool(moved.any()):
-        message = (f"{what} left the pooled outputs unchanged (largest deviation "
-                   f"{_fmt(largest)}, tolerance {_fmt(tol)}; {how}).")
+        message = (f"{what} left the pooled outputs unchanged (within the tolerance "
+                   f"{_fmt(tol)}; {how}).")
         return CheckResult(name, True, message, largest, tol, None, {"deviations": dev})
     b = int(moved.nonzero()[0])
     message = (f"{what} moved the pooled output of sequence {b} (valid length {int(lens[b])} "
@@ -571,7 +574,7 @@ def check_permutation_equivariance(model: Model, inputs: Tensor, *, mode: str = 
         tol = _tolerance(reference, tolerance)
         where = _non_finite(reference)
         if where is not None:
-            return _not_finite_result(name, where, tol, "the outputs")
+            return _not_finite_result(name, where, tol, "The outputs")
         out = run(inputs[:, perm.to(inputs.device)])
     dev = _position_deviation(out, reference[:, perm.to(reference.device)]).amax(dim=0)  # (T,)
     largest = float(dev.max())
@@ -579,8 +582,8 @@ def check_permutation_equivariance(model: Model, inputs: Tensor, *, mode: str = 
     how = _describe_run(inputs, mode, seed)
     details = {"permutation": perm, "deviations": dev}
     if not differs:
-        message = (f"Permuting the {T} positions permuted the outputs the same way (largest "
-                   f"deviation {_fmt(largest)}, tolerance {_fmt(tol)}; {how}).")
+        message = (f"Permuting the {T} positions permuted the outputs the same way (within the "
+                   f"tolerance {_fmt(tol)}; {how}).")
         return CheckResult(name, True, message, largest, tol, None, details)
     p = differs[0]
     message = (f"Permuting the {T} positions did not permute the outputs: position {p} of the "
@@ -649,7 +652,7 @@ def check_kv_cache(model: Model, inputs: Tensor, new_cache: Callable[[], Any], *
         tol = _tolerance(reference, tolerance)
         where = _non_finite(reference)
         if where is not None:
-            return _not_finite_result(name, where, tol, "the outputs without a cache")
+            return _not_finite_result(name, where, tol, "The outputs without a cache")
         cache = new_cache()
         pieces = []
         for start, stop in [(0, prompt_len)] + [(t, t + 1) for t in range(prompt_len, T)]:
@@ -663,8 +666,8 @@ def check_kv_cache(model: Model, inputs: Tensor, new_cache: Callable[[], Any], *
     how = _describe_run(inputs, mode, seed)
     if not differs:
         message = (f"A prompt of {prompt_len} and {T - prompt_len} cached steps of one position "
-                   f"gave the outputs of the uncached run (largest deviation {_fmt(largest)}, "
-                   f"tolerance {_fmt(tol)}; {how}).")
+                   f"gave the outputs of the uncached run (within the tolerance {_fmt(tol)}; "
+                   f"{how}).")
         return CheckResult(name, True, message, largest, tol, None, {"deviations": dev})
     p = differs[0]
     at = "in the prompt" if p < prompt_len else f"at cached step {p - prompt_len + 1}"
@@ -756,7 +759,7 @@ def check_finite(model: Model, inputs: Tensor,
         bad = (~torch.isfinite(gx[b])).flatten(1).any(dim=1) if gx.dim() >= 3 else ~torch.isfinite(gx[b])
         positions = bad.nonzero().flatten().tolist()
         message = (f"The outputs are finite, but the gradient with respect to the inputs is not, "
-                   f"at sequence {b}, positions {_spans(positions)}: NaN hidden in the forward "
+                   f"at sequence {b}, {_positions(positions)}: NaN hidden in the forward "
                    f"pass comes back in the backward pass ({how}).")
         return CheckResult(name, False, message, float("nan"), 0.0, positions[0])
     names = {id(p): n for n, p in found.named_parameters()} if found is not None else {}
@@ -847,5 +850,5 @@ def check_attention_weights(weights: Tensor, mask: Optional[Tensor] = None, *,
     message = (f"All {sums.numel()} rows are non-negative and sum to 1 over the {K} keys"
                + (" (0 for rows with no key), with no weight on masked keys" if mask is not None
                   else "")
-               + f" (largest error {_fmt(largest)}, tolerance {_fmt(tol)}).")
+               + f" (within the tolerance {_fmt(tol)}).")
     return CheckResult(name, True, message, largest, tol, None)
