@@ -396,6 +396,12 @@ def test_notebooks_download_offline(site, base_url, browser):
 VIZ_SCRIPT = "d2lattn-viz.js"
 
 MOVE_AND_READ = """([index, combo]) => {
+  // hidden from sight but present for screen readers: rendered, 1 px, clipped
+  const visuallyHidden = (e) => {
+    const r = e.getBoundingClientRect(), st = getComputedStyle(e);
+    return st.display !== 'none' && st.visibility !== 'hidden' && r.width <= 1 && r.height <= 1
+      && e.textContent.trim().length > 0;
+  };
   const root = document.querySelectorAll('.d2lattn-viz')[index];
   const spec = JSON.parse(root.querySelector('script.d2lattn-viz-data').textContent);
   const start = performance.now();
@@ -403,7 +409,7 @@ MOVE_AND_READ = """([index, combo]) => {
     const wrap = root.querySelector(`.d2lattn-viz-control[data-control="${c.name}"]`);
     const i = combo[k];
     if (c.type === 'tokens') {
-      wrap.querySelectorAll('.d2lattn-viz-token')[i].dispatchEvent(new MouseEvent('mouseenter'));
+      wrap.querySelectorAll('.d2lattn-viz-token')[i].click();
     } else if (c.type === 'select') {
       const s = wrap.querySelector('select'); s.value = String(i); s.dispatchEvent(new Event('change'));
     } else {
@@ -426,7 +432,8 @@ MOVE_AND_READ = """([index, combo]) => {
   });
   const fallback = root.querySelector('.d2lattn-viz-fallback');
   return {frame: root.dataset.frame, ms, drawn, ready: root.dataset.ready === '1',
-          fallbackHidden: !fallback || getComputedStyle(fallback).display === 'none'};
+          fallbackText: fallback ? fallback.textContent : '',
+          fallbackHidden: !fallback || visuallyHidden(fallback)};
 }"""
 
 
@@ -489,6 +496,10 @@ def test_interactive_figures_draw_the_computed_numbers(site, base_url, browser):
                 where = f"{rel} figure {index + 1} ({spec['title']}) at {key}"
                 assert got["ready"] and got["fallbackHidden"], where
                 assert got["frame"] == key, where
+                # the screen reader's tables describe the setting drawn, not the first one
+                setting = ", ".join(f"{c['label']} = {c['values'][i]}"
+                                    for c, i in zip(spec["controls"], combo))
+                assert setting in got["fallbackText"], where
                 times.append(got["ms"])
                 moves += 1
                 frame = spec["frames"][key]
