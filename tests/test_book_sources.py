@@ -121,3 +121,62 @@ def test_chinese_build_reads_only_the_toc_pages(stub):
     config = tool._config(language=tool.LANGUAGE, config_dir=config_dir)
     toc = tool._toc_zh(config_dir)
     assert _read_pages(stub, "--config", str(config), "--toc", str(toc)) == toc_pages()
+
+
+# Links to the source (book/_ext/d2lattn_reader.py) ---------------------------------------------
+
+EXAMPLE_URL = "https://github.com/example-owner/how-attention-works"
+
+
+def _build_html(folder: Path, config: Path) -> Path:
+    out = folder / "_html"
+    subprocess.run(
+        ["jupyter-book", "build", str(folder), "--path-output", str(out), "--config", str(config),
+         "-qq"],
+        check=True, cwd=folder, capture_output=True, text=True,
+    )
+    return out / "_build" / "html"
+
+
+def _config_with(folder: Path, url: str) -> Path:
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    config["repository"]["url"] = url
+    path = folder / f"_config_{'set' if url else 'unset'}.yml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    return path
+
+
+def test_the_repository_address_is_one_setting_and_not_invented():
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    # present (Jupyter Book's default would name Jupyter Book's own repository), and empty
+    # until the book has a public home; the README says where to set it
+    assert "url" in config["repository"]
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "repository:" in readme and "url:" in readme
+
+
+def test_every_page_links_to_its_source_when_the_address_is_set(stub):
+    from urllib.parse import unquote
+
+    site = _build_html(stub, _config_with(stub, EXAMPLE_URL))
+    sources = {p: (p + (".ipynb" if (stub / f"{p}.ipynb").exists() else ".md"))
+               for p in toc_pages()}
+    for page, source in sources.items():
+        text = (site / f"{page}.html").read_text(encoding="utf-8")
+        issue = f'{EXAMPLE_URL}/issues/new?title='
+        assert issue in text, f"{page}: no 'report an error' link"
+        start = text.index(issue)
+        link = unquote(text[start:text.index('"', start)].replace("&amp;", "&"))
+        assert page in link, f"{page}: the new issue does not name the page: {link}"
+        assert f'href="{EXAMPLE_URL}/edit/main/{source}"' in text, f"{page}: no edit link"
+        assert f'href="{EXAMPLE_URL}"' in text, f"{page}: no repository link"
+        assert "d2lattn-build-info" in text, f"{page}: no version and build date"
+
+
+def test_no_source_links_without_an_address(stub):
+    site = _build_html(stub, _config_with(stub, ""))
+    for page in toc_pages():
+        text = (site / f"{page}.html").read_text(encoding="utf-8")
+        assert "/issues/new" not in text and "d2lattn-edit-link" not in text, page
+        assert "github.com/executablebooks" not in text, page
+        assert "d2lattn-build-info" in text and "d2lattn-pdf-link" in text, page
