@@ -171,8 +171,10 @@ class InteractiveFigure:
                 body = "".join(f"<tr><td>{html.escape(str(a))}</td><td>{fmt.format(b)}</td></tr>"
                                for a, b in rows)
             elif panel["type"] == "grid":
+                # headers over the columns this setting has (a grid may shrink with a control)
+                cols = panel["cols"][: len(values[0]) if values else 0]
                 head = "<tr><th></th>" + "".join(f"<th>{html.escape(str(c))}</th>"
-                                                 for c in panel["cols"]) + "</tr>"
+                                                 for c in cols) + "</tr>"
                 body = head + "".join(
                     f"<tr><th>{html.escape(str(r))}</th>"
                     + "".join(f"<td>{fmt.format(v)}</td>" for v in row) + "</tr>"

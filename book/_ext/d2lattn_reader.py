@@ -17,7 +17,11 @@
    attribute (over ``file://`` the browser would otherwise show the JSON), and the downloadable
    copy of each chapter (``_sources/``) starts with a note on how to get the repository and
    run it. The notebooks in ``book/`` are untouched.
-6. The redirecting root ``index.html`` gets a language and a title.
+6. The redirecting root ``index.html`` gets a language and a title, and the landing page the
+   book's title once.
+7. The search page takes its snippets from the article text, and over ``file://`` (where a
+   browser refuses to fetch the pages snippets are cut from) lists results without snippets and
+   says how to get them, instead of logging an error per result (``d2lattn-search.js``).
 """
 
 from __future__ import annotations
@@ -33,6 +37,10 @@ from urllib.parse import quote
 
 from docutils import nodes
 from sphinx.transforms.post_transforms import SphinxPostTransform
+
+#: The search page's script (book/assets/static): snippets from the article text, and a note
+#: instead of console errors when the site is opened from file://.
+SEARCH_SCRIPT = "d2lattn-search.js"
 
 #: The file name of the whole book as a PDF, at the root of each language's site.
 PDF_NAME = "how-attention-works.pdf"
@@ -307,6 +315,8 @@ def page_links(app, pagename: str, pathto) -> str:
 
 
 def _page_context(app, pagename, templatename, context, doctree) -> None:
+    if pagename == "search":  # snippets from the article; a note instead of errors on file://
+        app.add_js_file(SEARCH_SCRIPT, loading_method="defer")
     if "body" in context:
         context["body"] = context["body"] + page_links(app, pagename, context["pathto"])
 
@@ -357,6 +367,21 @@ def _with_min_width(match: re.Match, out: Path) -> str:
             f'style="--d2lattn-min-width: {round(width * MIN_SCALE)}px" />')
 
 
+_REPEATED_IDS = re.compile(r'id="(exercise-content|solution-content)"')
+
+
+def _unique_ids(text: str) -> str:
+    """sphinx-exercise gives every exercise's and solution's body the same id; number them."""
+    seen: dict = {}
+
+    def number(match: re.Match) -> str:
+        seen[match.group(1)] = seen.get(match.group(1), 0) + 1
+        n = seen[match.group(1)]
+        return match.group(0) if n == 1 else f'id="{match.group(1)}-{n}"'
+
+    return _REPEATED_IDS.sub(number, text)
+
+
 def _build_finished(app, exception) -> None:
     if exception is not None or app.builder.format != "html":
         return
@@ -372,6 +397,7 @@ def _build_finished(app, exception) -> None:
     for page in out.rglob("*.html"):
         text = page.read_text(encoding="utf-8")
         new = _PLOT_IMG.sub(lambda m: _with_min_width(m, out), text)
+        new = _unique_ids(new)
         # the landing page's title is the book's title, once (the theme appends it to every
         # page's own title)
         new = new.replace(twice, f"<title>{title}</title>") if title else new
