@@ -416,7 +416,21 @@ def _build_finished(app, exception) -> None:
                             "</head>\n<body></body>\n</html>\n", encoding="utf-8")
 
 
+def _singlehtml_handlers(app) -> None:
+    """The one-page build of the PDF (singlehtml) draws every node the HTML build draws.
+
+    Sphinx uses a builder's own node handlers when any extension registered one for it, and
+    falls back to the format's ("html") only otherwise. sphinx-exercise registers its nodes for
+    singlehtml, so sphinx-design's dropdowns (and others) had none there; they get the html ones.
+    """
+    handlers = app.registry.translation_handlers
+    if app.builder.name != "html" and app.builder.name in handlers and "html" in handlers:
+        for node, pair in handlers["html"].items():
+            handlers[app.builder.name].setdefault(node, pair)
+
+
 def setup(app):
+    app.connect("builder-inited", _singlehtml_handlers)
     app.add_post_transform(PlotAltText)
     app.connect("config-inited", _config_inited, priority=900)
     app.connect("html-page-context", _page_context)
