@@ -164,11 +164,58 @@ def _single_page(language: str, strict: bool) -> Path:
     if strict:
         args += ["-W", "-n", "--keep-going"]
     _jupyter_book(*args)
-    return out / "_build" / "singlehtml" / "index.html"
+    # The one page is named after the root document (book/preface.html) but its links to
+    # _static/ and _images/ are relative to the output's root: print it from there.
+    single = out / "_build" / "singlehtml"
+    root = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))["root"]
+    page = single / "whole-book.html"
+    shutil.copyfile(single / f"{root}.html", page)
+    return page
+
+
+# Wait until MathJax has typeset the page and every interactive figure is drawn.
+_READY = """async () => {
+  for (let i = 0; i < 600 && !(window.MathJax && MathJax.startup && MathJax.startup.promise); i++)
+    await new Promise(r => setTimeout(r, 50));
+  if (window.MathJax && MathJax.startup) await MathJax.startup.promise;
+  for (let i = 0; i < 600; i++) {
+    const figs = [...document.querySelectorAll('.d2lattn-viz')];
+    if (figs.every(f => f.dataset.ready === '1')) break;
+    await new Promise(r => setTimeout(r, 50));
+  }
+  return document.querySelectorAll('mjx-container').length;
+}"""
+
+
+def _print_with_playwright(browser: str, page_path: Path, target: Path) -> bool:
+    """Print with the playwright package driving the system's Chromium (no browser download),
+    after MathJax and the figures' script are done. False when playwright is missing."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        return False
+    with sync_playwright() as pw:
+        chrome = pw.chromium.launch(executable_path=browser, headless=True,
+                                    args=CHROMIUM_FLAGS[1:7])
+        try:
+            page = chrome.new_page()
+            page.goto(page_path.resolve().as_uri(), wait_until="load", timeout=300_000)
+            typeset = page.evaluate(_READY)
+            print(f"  {typeset} formulas typeset", flush=True)
+            page.emulate_media(media="print")
+            page.pdf(path=str(target), format="A4", print_background=True,
+                     margin={"top": "15mm", "bottom": "15mm", "left": "12mm", "right": "12mm"})
+        finally:
+            chrome.close()
+    return True
 
 
 def pdf(languages: Iterable[str] = ("en", "zh"), strict: bool = False) -> List[Path]:
-    """Print the whole book to ``PDF_NAME`` at the root of each language's site, offline."""
+    """Print the whole book to ``PDF_NAME`` at the root of each language's site, offline.
+
+    The book is built as one HTML page (singlehtml) and printed by the system's headless
+    Chromium, driven by playwright when it is installed (the requirements install it for the
+    browser test) so that printing waits for MathJax and the interactive figures."""
     written = []
     browser = chromium()
     for language in languages:
@@ -176,12 +223,16 @@ def pdf(languages: Iterable[str] = ("en", "zh"), strict: bool = False) -> List[P
         site = BUILD / "html" / (ZH_SUBDIR if language != "en" else "")
         site.mkdir(parents=True, exist_ok=True)
         target = site / PDF_NAME
-        with tempfile.TemporaryDirectory() as profile:
-            command = [browser, *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
-                       f"--print-to-pdf={target}", page.resolve().as_uri()]
-            print("+", " ".join(command), flush=True)
-            subprocess.run(command, check=True, cwd=ROOT, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, timeout=900)
+        if target.exists():
+            target.unlink()
+        if not _print_with_playwright(browser, page, target):
+            # no playwright: Chromium's own printing, with virtual time for MathJax to finish
+            with tempfile.TemporaryDirectory() as profile:
+                command = [browser, *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
+                           f"--print-to-pdf={target}", page.resolve().as_uri()]
+                print("+", " ".join(command), flush=True)
+                subprocess.run(command, check=True, cwd=ROOT, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, timeout=900)
         if not target.is_file() or target.read_bytes()[:5] != b"%PDF-":
             raise SystemExit(f"Chromium wrote no PDF at {target}")
         print(f"PDF: {target.relative_to(ROOT)} ({pdf_pages(target)} pages, "
