@@ -1,7 +1,7 @@
 """Figures a reader can move: numbers computed in Python, drawn in the browser.
 
 A chapter cell computes every number of a small figure for every setting of its controls (a
-slider, a menu, a row of tokens to hover) and returns an :class:`InteractiveFigure`. In a
+slider, a menu, a row of tokens to pick from) and returns an :class:`InteractiveFigure`. In a
 notebook it shows as an HTML table of the first setting (the static fallback: JupyterLab, print);
 on the book's website the script ``d2lattn-viz.js`` (``book/assets/static``, loaded only on pages
 that use it) replaces the table by the figure and redraws it from the stored numbers whenever the
@@ -11,7 +11,7 @@ exactly what PyTorch computed for it, and the site's browser test checks that it
 Data layout (all of it JSON, numbers rounded to ``digits`` decimals):
 
 * ``controls``: a list of ``{"name", "label", "type", "values", "initial"}``. ``type`` is
-  ``"slider"``, ``"select"`` or ``"tokens"`` (hover or focus a token to choose it); ``values``
+  ``"slider"``, ``"select"`` or ``"tokens"`` (a radio group: click, tap or arrow keys); ``values``
   are the labels shown for each choice; ``initial`` is the index chosen at first.
 * ``panels``: a list of ``{"name", "type", "title", ...}``. ``type`` is ``"bars"`` (needs
   ``labels``; optional ``ymin``/``ymax``), ``"grid"`` (needs ``rows`` and ``cols``; optional
@@ -171,8 +171,10 @@ class InteractiveFigure:
                 body = "".join(f"<tr><td>{html.escape(str(a))}</td><td>{fmt.format(b)}</td></tr>"
                                for a, b in rows)
             elif panel["type"] == "grid":
+                # headers over the columns this setting has (a grid may shrink with a control)
+                cols = panel["cols"][: len(values[0]) if values else 0]
                 head = "<tr><th></th>" + "".join(f"<th>{html.escape(str(c))}</th>"
-                                                 for c in panel["cols"]) + "</tr>"
+                                                 for c in cols) + "</tr>"
                 body = head + "".join(
                     f"<tr><th>{html.escape(str(r))}</th>"
                     + "".join(f"<td>{fmt.format(v)}</td>" for v in row) + "</tr>"

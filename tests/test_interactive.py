@@ -86,3 +86,16 @@ def test_missing_frames_panels_and_non_finite_numbers_raise():
     frames["1,1"] = {"w": [math.nan, 1.0], "r": {"s": 1}}
     with pytest.raises(ValueError, match="finite"):
         _figure(frames=frames)
+
+
+def test_fallback_grid_has_a_header_per_drawn_column():
+    """A grid that shrinks with a control (ch3's mask: K keys of at most 8) gets headers over
+    the columns it has, not over all the columns it could have."""
+    fig = InteractiveFigure(
+        "mask", controls=[{"name": "k", "label": "K", "values": [2, 3]}],
+        panels=[{"name": "m", "type": "grid", "rows": ["q0"], "cols": ["k0", "k1", "k2", "k3"],
+                 "boolean": True}],
+        frames={frame_key(0): {"m": [[1, 0]]}, frame_key(1): {"m": [[1, 1, 0]]}})
+    html = fig._fallback()
+    header = re.search(r"<tr><th></th>(.*?)</tr>", html).group(1)
+    assert header.count("<th>") == 2 and "k2" not in header

@@ -396,6 +396,12 @@ def test_notebooks_download_offline(site, base_url, browser):
 VIZ_SCRIPT = "d2lattn-viz.js"
 
 MOVE_AND_READ = """([index, combo]) => {
+  // hidden from sight but present for screen readers: rendered, 1 px, clipped
+  const visuallyHidden = (e) => {
+    const r = e.getBoundingClientRect(), st = getComputedStyle(e);
+    return st.display !== 'none' && st.visibility !== 'hidden' && r.width <= 1 && r.height <= 1
+      && e.textContent.trim().length > 0;
+  };
   const root = document.querySelectorAll('.d2lattn-viz')[index];
   const spec = JSON.parse(root.querySelector('script.d2lattn-viz-data').textContent);
   const start = performance.now();
@@ -403,7 +409,7 @@ MOVE_AND_READ = """([index, combo]) => {
     const wrap = root.querySelector(`.d2lattn-viz-control[data-control="${c.name}"]`);
     const i = combo[k];
     if (c.type === 'tokens') {
-      wrap.querySelectorAll('.d2lattn-viz-token')[i].dispatchEvent(new MouseEvent('mouseenter'));
+      wrap.querySelectorAll('.d2lattn-viz-token')[i].click();
     } else if (c.type === 'select') {
       const s = wrap.querySelector('select'); s.value = String(i); s.dispatchEvent(new Event('change'));
     } else {
@@ -426,7 +432,8 @@ MOVE_AND_READ = """([index, combo]) => {
   });
   const fallback = root.querySelector('.d2lattn-viz-fallback');
   return {frame: root.dataset.frame, ms, drawn, ready: root.dataset.ready === '1',
-          fallbackHidden: !fallback || getComputedStyle(fallback).display === 'none'};
+          fallbackText: fallback ? fallback.textContent : '',
+          fallbackHidden: !fallback || visuallyHidden(fallback)};
 }"""
 
 
@@ -456,6 +463,13 @@ def _combos(controls, rng) -> List[List[int]]:
             combos.append(initial[:k] + [i] + initial[k + 1:])
     combos += [[rng.randrange(len(c["values"])) for c in controls] for _ in range(5)]
     return combos
+
+
+def _js_str(value) -> str:
+    """A JSON value as JavaScript's String() writes it (1.0 -> "1")."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
 
 
 def _close(a: float, b: float, digits: int) -> bool:
@@ -489,6 +503,10 @@ def test_interactive_figures_draw_the_computed_numbers(site, base_url, browser):
                 where = f"{rel} figure {index + 1} ({spec['title']}) at {key}"
                 assert got["ready"] and got["fallbackHidden"], where
                 assert got["frame"] == key, where
+                # the screen reader's tables describe the setting drawn, not the first one
+                setting = ", ".join(f"{c['label']} = {_js_str(c['values'][i])}"
+                                    for c, i in zip(spec["controls"], combo))
+                assert setting in got["fallbackText"], where
                 times.append(got["ms"])
                 moves += 1
                 frame = spec["frames"][key]
@@ -723,6 +741,305 @@ def test_search_finds_words_in_both_languages(site, base_url, browser, prefix, q
     hits = page.evaluate(SEARCH_RESULTS)
     page.close()
     assert any(h.split("#")[0].split("?")[0].endswith(expected) for h in hits), (query, hits[:10])
+
+
+# The reader's path: only the book's pages, figures for everyone, readable on a phone, the
+# footer, the source links, downloads and the PDF (book/_ext/d2lattn_reader.py,
+# book/assets/static/d2lattn-viz.js and d2lattn.css, tools/book.py pdf) ----------------------
+
+def _toc_pages() -> Set[str]:
+    """Every page the table of contents lists, as .html paths."""
+    import yaml
+
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    pages = {toc["root"]}
+
+    def walk(entries):
+        for entry in entries or []:
+            if "file" in entry:
+                pages.add(entry["file"])
+            walk(entry.get("chapters"))
+            walk(entry.get("sections"))
+
+    for part in toc.get("parts", []):
+        walk(part.get("chapters"))
+    walk(toc.get("chapters"))
+    return {f"{p}.html" for p in pages}
+
+
+def test_the_site_has_exactly_the_books_pages(site):
+    """Both languages: the table of contents' pages, search and index, and nothing else (no
+    page from a virtual environment, node_modules or a cache in the checkout)."""
+    expected = _toc_pages() | {"index.html", "search.html", "genindex.html"}
+    english = {p for p in _pages(site) if not p.startswith(ZH)}
+    chinese = {p[len(ZH):] for p in _pages(site) if p.startswith(ZH)}
+    assert english == expected, sorted(english ^ expected)
+    assert chinese == expected, sorted(chinese ^ expected)
+
+
+def _article_pages(site: Path) -> List[str]:
+    return [p for p in _pages(site) if "/book/" in f"/{p}"]
+
+
+def test_every_plot_has_alt_text(site):
+    """A plot's alt text describes it (from the code that drew it), never a file name."""
+    import re
+
+    plots = 0
+    for rel in _article_pages(site):
+        text = (site / rel).read_text(encoding="utf-8")
+        for alt, src in re.findall(r'<img alt="([^"]*)" src="([^"]*_images/[^"]+\.png)"', text):
+            plots += 1
+            assert alt and not alt.endswith(".png") and "_images/" not in alt, f"{rel}: {src}"
+            assert alt.startswith(("Plot", "图")) and len(alt) > 20, f"{rel}: {alt!r}"
+    assert plots >= 40, plots
+
+
+def test_every_footer_shows_version_commit_and_build_date(site):
+    import re
+
+    init = (ROOT / "d2lattn" / "__init__.py").read_text(encoding="utf-8")
+    version = re.search(r'__version__\s*=\s*"([^"]+)"', init).group(1)
+    for rel in _pages(site):
+        if rel.endswith("index.html") and rel.count("/") <= 1:
+            continue  # the redirecting root page
+        text = (site / rel).read_text(encoding="utf-8")
+        match = re.search(r'<p class="d2lattn-build-info">(.*?)</p>', text)
+        assert match, f"{rel}: no version and build date in the footer"
+        assert version in match.group(1), rel
+        assert re.search(r'datetime="\d{4}-\d{2}-\d{2}"', match.group(1)), rel
+
+
+def test_source_links_follow_the_setting(site):
+    """With no repository address (as committed) no page links to an invented one; with one,
+    every page has the three links (tests/test_book_sources.py builds with an example)."""
+    import yaml
+
+    url = (yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+           .get("repository", {}).get("url") or "")
+    for rel in _article_pages(site):
+        text = (site / rel).read_text(encoding="utf-8")
+        if url:
+            for cls in ("d2lattn-issue-link", "d2lattn-edit-link", "d2lattn-repo-link"):
+                assert cls in text, f"{rel}: no {cls}"
+        else:
+            assert "d2lattn-issue-link" not in text and "executablebooks" not in text, rel
+
+
+def test_root_pages_have_a_language_and_a_title(site):
+    for rel, lang in (("index.html", "en"), ("zh/index.html", "zh-CN")):
+        text = (site / rel).read_text(encoding="utf-8")
+        assert f'<html lang="{lang}">' in text and "<title>" in text, rel
+    landing = (site / "book" / "preface.html").read_text(encoding="utf-8")
+    assert "<title>How Attention Works</title>" in landing
+
+
+def test_downloaded_notebooks_say_how_to_run_them(site):
+    """The .ipynb button downloads (never opens the JSON), and the copy starts with a note on
+    getting the repository; the rest of the notebook is the chapter as committed."""
+    import re
+
+    for rel in _article_pages(site):
+        if not rel.split("/")[-1].startswith("ch"):
+            continue
+        text = (site / rel).read_text(encoding="utf-8")
+        links = re.findall(r'<a href="([^"]+\.ipynb)"([^>]*)>', text)
+        assert links and all(" download" in attrs for _, attrs in links), rel
+        notebook = json.loads((site / _resolve(rel, links[0][0])).read_text(encoding="utf-8"))
+        first = notebook["cells"][0]
+        assert first["metadata"].get("d2lattn_download_note"), rel
+        assert "requirements.txt" in "".join(first["source"]), rel
+        if not rel.startswith(ZH):  # the Chinese download may carry translated prose
+            original = json.loads((ROOT / "book" / Path(links[0][0]).name)
+                                  .read_text(encoding="utf-8"))
+            assert notebook["cells"][1:] == original["cells"], rel
+
+
+PDF_NAME = "how-attention-works.pdf"
+
+
+def _pdf_pages(data: bytes) -> int:
+    import re
+
+    return len(re.findall(rb"/Type\s*/Page(?![a-zA-Z])", data))
+
+
+@pytest.mark.parametrize("prefix", ["", ZH])
+def test_the_pdf_of_the_whole_book_exists_and_opens(site, base_url, browser, prefix):
+    """Each language's PDF is there, linked from every page, served as a PDF and whole (every
+    chapter, so many pages)."""
+    path = site / prefix / PDF_NAME
+    assert path.is_file(), f"no {path.relative_to(site)}: run python tools/book.py build (or pdf)"
+    data = path.read_bytes()
+    assert data[:5] == b"%PDF-" and b"%%EOF" in data[-1024:], "not a complete PDF"
+    assert _pdf_pages(data) >= 60, _pdf_pages(data)
+    for rel in _article_pages(site):
+        if rel.startswith(ZH) != bool(prefix):
+            continue
+        text = (site / rel).read_text(encoding="utf-8")
+        import re
+
+        href = re.search(r'<a class="d2lattn-pdf-link" href="([^"]+)"', text)
+        assert href and _resolve(rel, href.group(1)) == f"{prefix}{PDF_NAME}", rel
+    page = browser.context.new_page()
+    response = page.request.get(base_url + prefix + PDF_NAME)
+    assert response.status == 200 and response.body()[:5] == b"%PDF-"
+    assert "pdf" in response.headers.get("content-type", ""), response.headers
+    page.close()
+
+
+MEASURE_PHONE = """() => ({
+  plots: [...document.querySelectorAll('.cell_output img')].filter(i => i.naturalWidth > 0)
+    .map(i => [i.getAttribute('src'), i.getBoundingClientRect().width, i.naturalWidth]),
+  charts: [...document.querySelectorAll('.d2lattn-viz svg')]
+    .map(s => [s.getBoundingClientRect().width, s.width.baseVal.value]),
+  fontPx: [...document.querySelectorAll('.d2lattn-viz svg text')].map(t => {
+    const svg = t.ownerSVGElement, scale = svg.getBoundingClientRect().width / svg.width.baseVal.value;
+    return parseFloat(t.getAttribute('font-size') || '10') * scale; }),
+  wider: document.documentElement.scrollWidth > window.innerWidth + 1,
+})"""
+
+
+def test_figures_keep_a_legible_size_on_a_phone(site, base_url, browser):
+    """At 390 px a plot keeps at least half its drawn size (10-point labels stay about 10 px)
+    and an interactive figure its full size (text >= 9 px); they scroll sideways instead, and
+    the page itself stays as wide as the screen."""
+    page = browser.context.new_page()
+    page.set_viewport_size(PHONE)
+    checked = 0
+    for rel in _article_pages(site):
+        if not rel.split("/")[-1].startswith("ch"):
+            continue
+        _open(page, base_url, rel, site)
+        if _viz_pages(site).count(rel):
+            page.wait_for_function(
+                "[...document.querySelectorAll('.d2lattn-viz')].every(r => r.dataset.ready === '1')",
+                timeout=10000)
+        got = page.evaluate(MEASURE_PHONE)
+        assert not got["wider"], f"{rel}: wider than the phone's screen"
+        for src, shown, natural in got["plots"]:
+            checked += 1
+            assert shown >= 0.49 * natural or shown >= PHONE["width"] - 40, f"{rel}: {src} at {shown / natural:.2f}"
+        for shown, drawn in got["charts"]:
+            assert shown >= drawn - 1, f"{rel}: an interactive figure shrunk to {shown / drawn:.2f}"
+        assert all(px >= 8.9 for px in got["fontPx"]), f"{rel}: figure text {min(got['fontPx']):.1f} px"
+    page.close()
+    assert checked >= 40, checked
+
+
+def test_interactive_figures_are_accessible(site, base_url, browser):
+    """Charts are named images, the figure a named figure; sliders announce their value
+    ("label = value"); tokens are a radio group with one checked token; the data of the setting
+    drawn is in a table hidden from sight only."""
+    page = browser.context.new_page()
+    for rel in _viz_pages(site):
+        _open(page, base_url, rel, site)
+        page.wait_for_function(
+            "[...document.querySelectorAll('.d2lattn-viz')].every(r => r.dataset.ready === '1')",
+            timeout=10000)
+        got = page.evaluate("""() => [...document.querySelectorAll('.d2lattn-viz')].map(root => {
+          const spec = JSON.parse(root.querySelector('script.d2lattn-viz-data').textContent);
+          return {
+            figure: [root.getAttribute('role'), root.getAttribute('aria-label')],
+            charts: [...root.querySelectorAll('svg')].map(s => [s.getAttribute('role'), s.getAttribute('aria-label')]),
+            sliders: [...root.querySelectorAll('input[type=range]')].map(r => [r.getAttribute('aria-label'), r.getAttribute('aria-valuetext'), Number(r.value)]),
+            selects: [...root.querySelectorAll('select')].map(s => s.getAttribute('aria-label')),
+            groups: [...root.querySelectorAll('[role=radiogroup]')].map(g => [g.getAttribute('aria-label'),
+              [...g.querySelectorAll('[role=radio]')].map(r => r.getAttribute('aria-checked'))]),
+            table: !!root.querySelector('.d2lattn-viz-fallback.d2lattn-visually-hidden table'),
+            spec};
+        })""")
+        for fig in got:
+            spec, where = fig["spec"], f"{rel} ({fig['spec']['title']})"
+            assert fig["figure"] == ["figure", spec["title"]], where
+            assert fig["charts"] and all(r == "img" and label and spec["title"] in label
+                                         for r, label in fig["charts"]), where
+            sliders = [c for c in spec["controls"] if c["type"] not in ("tokens", "select")]
+            for c, (label, valuetext, value) in zip(sliders, fig["sliders"]):
+                assert label == c["label"], where
+                assert valuetext == f"{c['label']} = {_js_str(c['values'][value])}", where
+            assert all(fig["selects"]), where
+            tokens = [c for c in spec["controls"] if c["type"] == "tokens"]
+            assert len(fig["groups"]) == len(tokens), where
+            for c, (label, checked) in zip(tokens, fig["groups"]):
+                assert label == c["label"] and checked.count("true") == 1, where
+            assert fig["table"], where
+    page.close()
+
+
+def test_tokens_are_chosen_by_click_and_keys_never_by_hover(site, base_url, browser):
+    """ch5's head view: moving the pointer over tokens, or tabbing past them to the menu,
+    keeps the reader's choice; a click, or the arrow keys in the group, change it."""
+    pages = [rel for rel in _viz_pages(site) if "d2lattn-viz" in (site / rel).read_text()
+             and '"tokens"' in (site / rel).read_text(encoding="utf-8")]
+    assert pages, "no figure with tokens"
+    page = browser.context.new_page()
+    for rel in pages:
+        _open(page, base_url, rel, site)
+        page.wait_for_function(
+            "[...document.querySelectorAll('.d2lattn-viz')].every(r => r.dataset.ready === '1')",
+            timeout=10000)
+        group = page.locator("[role=radiogroup]").first
+        root = page.locator(".d2lattn-viz", has=group).first
+        radios = group.locator("[role=radio]")
+        assert radios.count() >= 3, rel
+        checked = lambda: [radios.nth(i).get_attribute("aria-checked")
+                           for i in range(radios.count())].index("true")
+        frame = root.get_attribute("data-frame")
+        first = checked()
+        other = (first + 2) % radios.count()
+        radios.nth(other).hover()
+        for i in range(radios.count()):
+            radios.nth(i).hover()
+        assert checked() == first and root.get_attribute("data-frame") == frame, f"{rel}: hover chose"
+        radios.nth(other).click()
+        assert checked() == other and root.get_attribute("data-frame") != frame, f"{rel}: click"
+        frame = root.get_attribute("data-frame")
+        page.keyboard.press("ArrowRight")
+        assert checked() == (other + 1) % radios.count(), f"{rel}: ArrowRight"
+        assert page.evaluate("document.activeElement.getAttribute('role')") == "radio"
+        page.keyboard.press("ArrowLeft")
+        assert checked() == other and root.get_attribute("data-frame") == frame, f"{rel}: ArrowLeft"
+        page.keyboard.press("Tab")  # on to the next control: the choice stays
+        assert checked() == other and root.get_attribute("data-frame") == frame, f"{rel}: Tab"
+    page.close()
+
+
+def test_bibliography_renders_latex_and_links_its_sources(site):
+    for prefix in ("", ZH):
+        text = (site / prefix / "book" / "bibliography.html").read_text(encoding="utf-8")
+        assert "$O(" not in text and "O(n²)" in text, prefix
+        arxiv = text.count('href="https://arxiv.org/abs/')
+        doi = text.count('href="https://doi.org/')
+        assert arxiv >= 30 and doi >= 10, (prefix, arxiv, doi)
+
+
+@pytest.mark.parametrize("prefix", ["", ZH])
+def test_search_snippets_come_from_the_article(site, base_url, browser, prefix):
+    page = browser.context.new_page()
+    page.goto(f"{base_url}{prefix}search.html?q=softmax", wait_until="load")
+    page.wait_for_function(
+        "document.querySelectorAll('#search-results ul.search li p.context').length >= 3",
+        timeout=20000)
+    snippets = page.evaluate("""() => [...document.querySelectorAll(
+        '#search-results ul.search li p.context')].map(p => p.textContent)""")
+    page.close()
+    assert not any(".ipynb" in s[:40] for s in snippets), snippets[:5]
+
+
+def test_search_over_file_urls_logs_no_error_and_says_why(site, browser):
+    page = browser.context.new_page()
+    errors = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto((site / "search.html").resolve().as_uri() + "?q=softmax", wait_until="load")
+    hits = page.evaluate(SEARCH_RESULTS)
+    page.wait_for_timeout(500)
+    note = page.evaluate("document.querySelector('.d2lattn-search-note')?.textContent || ''")
+    page.close()
+    assert hits, "no results from file://"
+    assert errors == [], errors[:3]
+    assert "http.server" in note
 
 
 # These two run last, so that they cover the pages opened by every test above. -------------

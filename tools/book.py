@@ -7,6 +7,8 @@
     python tools/book.py check-po           every message translated, none fuzzy, none stale,
                                             and the markup of each message kept (exit 1 if not)
     python tools/book.py font               regenerate the subset CJK font from the built site
+    python tools/book.py pdf                the whole book as a PDF, in each language (also
+                                            part of `build`, unless --no-pdf)
 
 One source, two sites: both builds render the same committed notebooks (nothing is executed),
 and Sphinx's gettext workflow swaps each paragraph of prose for its translation in the Chinese
@@ -106,7 +108,8 @@ def _jupyter_book(*args: str) -> None:
 # build
 
 
-def build(strict: bool = False, languages: Iterable[str] = ("en", "zh")) -> None:
+def build(strict: bool = False, languages: Iterable[str] = ("en", "zh"),
+          with_pdf: bool = True) -> None:
     """Build the English site at ``_build/html`` and the Chinese one at ``_build/html/zh``."""
     # --all: a full build each time (about 10 s a language). Sphinx skips copying the static
     # files (the font, the scripts) when no page is out of date, so an incremental build after
@@ -126,6 +129,122 @@ def build(strict: bool = False, languages: Iterable[str] = ("en", "zh")) -> None
             shutil.rmtree(target)
         shutil.copytree(out / "_build" / "html", target)
         print(f"Chinese site: {target.relative_to(ROOT)}/index.html", flush=True)
+    if with_pdf:
+        pdf(languages, strict=strict)
+
+
+# ---------------------------------------------------------------------------------------------
+# PDF: the whole book on one page (Sphinx's singlehtml builder), printed by headless Chromium
+
+#: The PDF's file name at the root of each language's site (book/_ext/d2lattn_reader.py links it).
+PDF_NAME = "how-attention-works.pdf"
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run",
+                  "--disable-extensions", "--no-pdf-header-footer",
+                  # let MathJax typeset and the figures' script draw before printing
+                  "--run-all-compositor-stages-before-draw", "--virtual-time-budget=120000"]
+
+
+def chromium() -> str:
+    """The system's Chromium (``$D2LATTN_CHROMIUM`` or ``chromium`` on the path)."""
+    for candidate in (os.environ.get("D2LATTN_CHROMIUM"), shutil.which("chromium"),
+                      shutil.which("chromium-browser"), shutil.which("google-chrome")):
+        if candidate and Path(candidate).is_file():
+            return candidate
+    raise SystemExit("the PDF needs Chromium: apt-get install chromium (or set D2LATTN_CHROMIUM), "
+                     "or build without it: python tools/book.py build --no-pdf")
+
+
+def _single_page(language: str, strict: bool) -> Path:
+    """Build the whole book as one HTML page; return that page."""
+    out = BUILD / ("pdf" if language == "en" else f"pdf-{language}")
+    args = ["--builder", "singlehtml", "--path-output", str(out), "--all"]
+    if language != "en":
+        args += ["--config", str(_config(language=LANGUAGE, config_dir=out)),
+                 "--toc", str(_toc_zh(out))]
+    if strict:
+        args += ["-W", "-n", "--keep-going"]
+    _jupyter_book(*args)
+    # The one page is named after the root document (book/preface.html) but its links to
+    # _static/ and _images/ are relative to the output's root: print it from there.
+    single = out / "_build" / "singlehtml"
+    root = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))["root"]
+    page = single / "whole-book.html"
+    shutil.copyfile(single / f"{root}.html", page)
+    return page
+
+
+# Wait until MathJax has typeset the page and every interactive figure is drawn.
+_READY = """async () => {
+  for (let i = 0; i < 600 && !(window.MathJax && MathJax.startup && MathJax.startup.promise); i++)
+    await new Promise(r => setTimeout(r, 50));
+  if (window.MathJax && MathJax.startup) await MathJax.startup.promise;
+  for (let i = 0; i < 600; i++) {
+    const figs = [...document.querySelectorAll('.d2lattn-viz')];
+    if (figs.every(f => f.dataset.ready === '1')) break;
+    await new Promise(r => setTimeout(r, 50));
+  }
+  return document.querySelectorAll('mjx-container').length;
+}"""
+
+
+def _print_with_playwright(browser: str, page_path: Path, target: Path) -> bool:
+    """Print with the playwright package driving the system's Chromium (no browser download),
+    after MathJax and the figures' script are done. False when playwright is missing."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        return False
+    with sync_playwright() as pw:
+        chrome = pw.chromium.launch(executable_path=browser, headless=True,
+                                    args=CHROMIUM_FLAGS[1:7])
+        try:
+            page = chrome.new_page()
+            page.goto(page_path.resolve().as_uri(), wait_until="load", timeout=300_000)
+            typeset = page.evaluate(_READY)
+            print(f"  {typeset} formulas typeset", flush=True)
+            page.emulate_media(media="print")
+            page.pdf(path=str(target), format="A4", print_background=True,
+                     margin={"top": "15mm", "bottom": "15mm", "left": "12mm", "right": "12mm"})
+        finally:
+            chrome.close()
+    return True
+
+
+def pdf(languages: Iterable[str] = ("en", "zh"), strict: bool = False) -> List[Path]:
+    """Print the whole book to ``PDF_NAME`` at the root of each language's site, offline.
+
+    The book is built as one HTML page (singlehtml) and printed by the system's headless
+    Chromium, driven by playwright when it is installed (the requirements install it for the
+    browser test) so that printing waits for MathJax and the interactive figures."""
+    written = []
+    browser = chromium()
+    for language in languages:
+        page = _single_page(language, strict)
+        site = BUILD / "html" / (ZH_SUBDIR if language != "en" else "")
+        site.mkdir(parents=True, exist_ok=True)
+        target = site / PDF_NAME
+        if target.exists():
+            target.unlink()
+        if not _print_with_playwright(browser, page, target):
+            # no playwright: Chromium's own printing, with virtual time for MathJax to finish
+            with tempfile.TemporaryDirectory() as profile:
+                command = [browser, *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
+                           f"--print-to-pdf={target}", page.resolve().as_uri()]
+                print("+", " ".join(command), flush=True)
+                subprocess.run(command, check=True, cwd=ROOT, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, timeout=900)
+        if not target.is_file() or target.read_bytes()[:5] != b"%PDF-":
+            raise SystemExit(f"Chromium wrote no PDF at {target}")
+        print(f"PDF: {target.relative_to(ROOT)} ({pdf_pages(target)} pages, "
+              f"{target.stat().st_size / 2**20:.1f} MiB)", flush=True)
+        written.append(target)
+    return written
+
+
+def pdf_pages(path: Path) -> int:
+    """The number of pages of a PDF that Chromium wrote (its page objects)."""
+    return len(re.findall(rb"/Type\s*/Page(?![a-zA-Z])", path.read_bytes()))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -316,12 +435,20 @@ def main(argv: List[str] | None = None) -> int:
     p_build.add_argument("--strict", action="store_true", help="warnings are errors (-W -n)")
     p_build.add_argument("--language", choices=["en", "zh"], action="append",
                          help="build only this language (repeatable)")
+    p_build.add_argument("--no-pdf", action="store_true",
+                         help="skip the PDF of the whole book (it needs Chromium)")
+    p_pdf = sub.add_parser("pdf", help="print the whole book to a PDF in each language")
+    p_pdf.add_argument("--language", choices=["en", "zh"], action="append",
+                       help="only this language (repeatable)")
     sub.add_parser("update-po", help="merge changed English messages into the catalogues")
     sub.add_parser("check-po", help="check that the translation is complete and current")
     sub.add_parser("font", help="regenerate the subset CJK font")
     args = parser.parse_args(argv)
     if args.command == "build":
-        build(strict=args.strict, languages=args.language or ("en", "zh"))
+        build(strict=args.strict, languages=args.language or ("en", "zh"),
+              with_pdf=not args.no_pdf)
+    elif args.command == "pdf":
+        pdf(args.language or ("en", "zh"))
     elif args.command == "update-po":
         update_po()
     elif args.command == "check-po":

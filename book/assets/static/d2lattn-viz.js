@@ -57,7 +57,7 @@
     var vmax = panel.vmax || Math.max(1e-9, Math.max.apply(null, rows.map(function (r) {
       return Math.max.apply(null, r.map(Math.abs)); })));
     var s = svg("svg", { width: W, height: H, viewBox: "0 0 " + W + " " + H, role: "img" }, box);
-    panel.cols.forEach(function (c, j) {
+    panel.cols.slice(0, nc).forEach(function (c, j) {
       svg("text", { x: left + (j + 0.5) * cell, y: top - 6, "text-anchor": "middle",
                     "font-size": 10, text: String(c) }, s);
     });
@@ -71,7 +71,8 @@
                       "class": "d2lattn-viz-cell", "data-value": v }, s);
         if (!panel.boolean && cell >= 26) {
           svg("text", { x: left + (j + 0.5) * cell, y: top + (i + 0.62) * cell,
-                        "text-anchor": "middle", "font-size": 8, fill: on > 0.55 ? "#fff" : "#000",
+                        "text-anchor": "middle", "font-size": 9,
+                        fill: textOn(COLORS[0], panel.boolean ? (v ? 1 : 0.08) : 0.08 + 0.92 * on),
                         "class": "d2lattn-viz-num", "data-value": v, text: fmt(v, Math.min(digits, 2)) }, s);
         }
       });
@@ -79,7 +80,7 @@
   }
 
   function drawLines(box, panel, series) {
-    var W = 460, H = 210, left = 40, right = 110, top = 10, bottom = 26;
+    var W = 470, H = 210, left = 40, right = 120, top = 10, bottom = 26;
     var xs = panel.x, all = [];
     var stat = panel.static || [], pts = panel.points;
     stat.forEach(function (sr) { all = all.concat(sr.y); });
@@ -111,7 +112,11 @@
       if (dash) p.setAttribute("stroke-dasharray", "4 3");
       if (dynamic) { p.setAttribute("class", "d2lattn-viz-line"); p.setAttribute("data-label", label);
                      p.setAttribute("data-value", JSON.stringify(ys)); }
-      svg("text", { x: W - right + 6, y: top + 12 + 14 * legend++, "font-size": 10, fill: color, text: label }, s);
+      var ly = top + 12 + 14 * legend++;
+      var swatch = svg("line", { x1: W - right + 4, x2: W - right + 16, y1: ly - 4, y2: ly - 4,
+                                 stroke: color, "stroke-width": 2.5 }, s);
+      if (dash) swatch.setAttribute("stroke-dasharray", "4 3");
+      svg("text", { x: W - right + 20, y: ly, "font-size": 10, fill: "#222", text: label }, s);
     }
     stat.forEach(function (sr) { line(sr.label, sr.y, "#555", true, false); });
     Object.keys(series).forEach(function (k, i) { line(k, series[k], COLORS[i % COLORS.length], false, true); });
@@ -126,12 +131,140 @@
     });
   }
 
+  /* Accessibility and legibility (kept apart from the drawing code) --------------------------- */
+
+  // WCAG relative luminance of "#rrggbb", and the text colour (black or white) with the higher
+  // contrast on that colour laid over white with the given opacity: at least 4.5:1 for COLORS[0].
+  function luminance(rgb) {
+    return rgb.reduce(function (acc, c, i) {
+      c /= 255;
+      c = c <= 0.03928 ? c / 12.92 : Math.pow((c + 0.055) / 1.055, 2.4);
+      return acc + [0.2126, 0.7152, 0.0722][i] * c;
+    }, 0);
+  }
+  function textOn(hex, opacity) {
+    var rgb = [1, 3, 5].map(function (i) {
+      return 255 + (parseInt(hex.substr(i, 2), 16) - 255) * opacity;
+    });
+    var L = luminance(rgb);
+    return (1.05 / (L + 0.05)) > ((L + 0.05) / 0.05) ? "#fff" : "#000";
+  }
+
+  // Hidden from sight, present for screen readers (the usual "visually hidden" rules).
+  function hideVisually(node) {
+    node.classList.add("d2lattn-visually-hidden");
+  }
+
+  function settingText(spec, choice) {
+    return spec.controls.map(function (c, k) { return c.label + " = " + c.values[choice[k]]; })
+      .join(", ");
+  }
+
+  // A slider announces the value it stands for ("β = 1.0"), not its position ("2").
+  function sliderValueText(input, c, i) {
+    input.setAttribute("aria-valuetext", c.label + " = " + c.values[i]);
+  }
+
+  // Each chart is an image with a name: the figure, the panel and the setting drawn.
+  function labelCharts(root, spec, choice) {
+    var setting = settingText(spec, choice);
+    root.setAttribute("role", "figure");
+    root.setAttribute("aria-label", spec.title);
+    Array.prototype.forEach.call(root.querySelectorAll(".d2lattn-viz-panel"), function (box) {
+      var title = box.querySelector(".d2lattn-viz-panel-title");
+      var chart = box.querySelector("svg");
+      if (!chart) return;
+      chart.setAttribute("aria-label", spec.title + ": " + (title ? title.textContent + ", " : "")
+                         + setting + " (its numbers are in the table that follows the figure)");
+    });
+  }
+
+  // The numbers of the setting drawn, as tables, in the visually hidden fallback.
+  function describe(root, spec, choice, frame, box) {
+    var f = function (v) { return fmt(v, spec.digits); };
+    box.textContent = "";
+    el("p", { text: spec.title + " (" + settingText(spec, choice) + ")" }, box);
+    spec.panels.forEach(function (panel) {
+      var v = frame[panel.name];
+      var t = el("table", {}, box);
+      el("caption", { text: panel.title || panel.name }, t);
+      if (panel.type === "bars") {
+        v.forEach(function (x, i) {
+          var tr = el("tr", {}, t);
+          el("th", { scope: "row", text: String(panel.labels[i]) }, tr);
+          el("td", { text: f(x) }, tr);
+        });
+      } else if (panel.type === "grid") {
+        var head = el("tr", {}, t);
+        el("td", {}, head);
+        panel.cols.slice(0, v[0].length).forEach(function (c) {
+          el("th", { scope: "col", text: String(c) }, head);
+        });
+        v.forEach(function (row, i) {
+          var tr = el("tr", {}, t);
+          el("th", { scope: "row", text: String(panel.rows[i]) }, tr);
+          row.forEach(function (x) { el("td", { text: panel.boolean ? (x ? "1" : "0") : f(x) }, tr); });
+        });
+      } else if (panel.type === "lines") {
+        Object.keys(v).forEach(function (name) {
+          var ys = v[name], tr = el("tr", {}, t);
+          el("th", { scope: "row", text: name }, tr);
+          el("td", { text: ys.length + " points, from " + f(Math.min.apply(null, ys)) + " to "
+                           + f(Math.max.apply(null, ys)) }, tr);
+        });
+      } else {
+        Object.keys(v).forEach(function (name) {
+          var tr = el("tr", {}, t);
+          el("th", { scope: "row", text: name }, tr);
+          el("td", { text: f(v[name]) }, tr);
+        });
+      }
+    });
+  }
+
+  // Tokens to choose from: a radio group. Click or tap a token, or focus the group (Tab) and
+  // move with the arrow keys, Home and End; hovering or tabbing past changes nothing.
+  function tokenRadioGroup(wrap, c, initial, onPick) {
+    var group = el("span", { role: "radiogroup", "aria-label": c.label,
+                             "class": "d2lattn-viz-tokens" }, wrap);
+    var chips = [], current = initial;
+    function pick(i, focus) {
+      current = i;
+      chips.forEach(function (ch, j) {
+        ch.classList.toggle("d2lattn-viz-active", j === i);
+        ch.setAttribute("aria-checked", j === i ? "true" : "false");
+        ch.setAttribute("tabindex", j === i ? "0" : "-1");
+      });
+      if (focus) chips[i].focus();
+      onPick(i);
+    }
+    c.values.forEach(function (v, i) {
+      var chip = el("span", { "class": "d2lattn-viz-token", role: "radio", "data-index": i,
+                              "aria-checked": i === initial ? "true" : "false",
+                              tabindex: i === initial ? 0 : -1, text: v }, group);
+      chips.push(chip);
+      chip.addEventListener("click", function () { pick(i, false); });
+    });
+    chips[initial].classList.add("d2lattn-viz-active");
+    group.addEventListener("keydown", function (e) {
+      var n = chips.length, next = null;
+      if (e.key === "ArrowRight" || e.key === "ArrowDown") next = (current + 1) % n;
+      else if (e.key === "ArrowLeft" || e.key === "ArrowUp") next = (current + n - 1) % n;
+      else if (e.key === "Home") next = 0;
+      else if (e.key === "End") next = n - 1;
+      else if (e.key === " " || e.key === "Enter") next = current;
+      if (next === null) return;
+      e.preventDefault();
+      pick(next, true);
+    });
+  }
+
   function build(root) {
     var dataNode = root.querySelector("script.d2lattn-viz-data");
     if (!dataNode || root.getAttribute("data-ready")) return;
     var spec = JSON.parse(dataNode.textContent);
     var fallback = root.querySelector(".d2lattn-viz-fallback");
-    if (fallback) fallback.style.display = "none";
+    if (fallback) hideVisually(fallback);
     var choice = spec.controls.map(function (c) { return c.initial || 0; });
     el("div", { "class": "d2lattn-viz-title", text: spec.title }, root);
     var controls = el("div", { "class": "d2lattn-viz-controls" }, root);
@@ -140,6 +273,7 @@
 
     function redraw() {
       var frame = spec.frames[choice.join(",")];
+      if (fallback) describe(root, spec, choice, frame, fallback);
       root.setAttribute("data-frame", choice.join(","));
       panels.textContent = "";
       spec.panels.forEach(function (panel) {
@@ -151,38 +285,28 @@
         else if (panel.type === "lines") drawLines(box, panel, v);
         else drawReadout(box, v, spec.digits);
       });
+      labelCharts(root, spec, choice);
     }
 
     spec.controls.forEach(function (c, k) {
       var wrap = el("label", { "class": "d2lattn-viz-control", "data-control": c.name }, controls);
       el("span", { text: c.label + ": " }, wrap);
       if (c.type === "tokens") {
-        var chips = [];
-        c.values.forEach(function (v, i) {
-          var chip = el("span", { "class": "d2lattn-viz-token", tabindex: 0, "data-index": i, text: v }, wrap);
-          chips.push(chip);
-          var pick = function () {
-            choice[k] = i;
-            chips.forEach(function (ch, j) { ch.classList.toggle("d2lattn-viz-active", j === i); });
-            redraw();
-          };
-          chip.addEventListener("mouseenter", pick);
-          chip.addEventListener("focus", pick);
-          chip.addEventListener("click", pick);
-        });
-        chips[choice[k]].classList.add("d2lattn-viz-active");
+        tokenRadioGroup(wrap, c, choice[k], function (i) { choice[k] = i; redraw(); });
       } else if (c.type === "select") {
-        var sel = el("select", {}, wrap);
+        var sel = el("select", { "aria-label": c.label }, wrap);
         c.values.forEach(function (v, i) { el("option", { value: i, text: v }, sel); });
         sel.value = String(choice[k]);
         sel.addEventListener("change", function () { choice[k] = Number(sel.value); redraw(); });
       } else {
         var input = el("input", { type: "range", min: 0, max: c.values.length - 1, step: 1,
-                                  value: choice[k] }, wrap);
-        var shown = el("output", { text: c.values[choice[k]] }, wrap);
+                                  value: choice[k], "aria-label": c.label }, wrap);
+        var shown = el("output", { text: c.values[choice[k]], "aria-hidden": "true" }, wrap);
+        sliderValueText(input, c, choice[k]);
         input.addEventListener("input", function () {
           choice[k] = Number(input.value);
           shown.textContent = c.values[choice[k]];
+          sliderValueText(input, c, choice[k]);
           redraw();
         });
       }
