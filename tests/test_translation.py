@@ -80,3 +80,47 @@ def test_table_of_contents_captions_translated(tmp_path):
 
     captions = [part["caption"] for part in yaml.safe_load(toc.read_text(encoding="utf-8"))["parts"]]
     assert captions and all(book.CJK.search(caption) for caption in captions)
+
+
+# One voice (locale/README.md "Conventions"): check-po enforces the terminology and typography
+# rules message by message; each bad example below must be caught, each good one pass.
+
+@pytest.mark.parametrize("msgid, msgstr", [
+    ("on a held-out batch", "在留出批次上"),                      # batch is 批量
+    ("the cell above", "上面的代码单元"),                          # cell is 单元格
+    ("the class token", "类别标记"),                               # the class token is a token
+    ("a running max and a running sum", "一个运行最大值和一个运行和"),
+    ("this is {term}`teacher forcing`", "这就是“{term}`教师强制`”"),  # no quotes around a term
+    ('what should "it" attend to?', '"it" 应该关注什么？'),          # Chinese quotation marks
+    ("Check numerically that the blocks match", "证明两个块相等"),  # a check is 验证
+    ("see {doc}`ch7_seq2seq_attention`", "见 {doc}`ch7_seq2seq_attention`"),
+    ("Solution to Exercise 1.1", "解答 练习 1.1"),
+    ("Print to PDF", "列印成 PDF"),
+    ("a “quote", "一个“引号"),
+])
+def test_style_rules_catch_violations(msgid, msgstr):
+    assert book.style_problems(msgid, msgstr), (msgid, msgstr)
+
+
+@pytest.mark.parametrize("msgid, msgstr", [
+    ("on a held-out batch", "在留出批量上"),
+    ("Show that the score depends on $n - m$", "证明分数只依赖于 $n - m$"),
+    ("see {doc}`ch7_seq2seq_attention`", "见第 7 章（{doc}`ch7_seq2seq_attention`）"),
+    ("see {doc}`chapter 4 <ch4_scoring_functions>`", "见 {doc}`第 4 章 <ch4_scoring_functions>`"),
+    ('call `f("x")`', '调用 `f("x")`'),                             # code keeps its quotes
+    ("class token", "class token"),                                 # a glossary name line
+    ("with this run and five seeds", "使用本次运行和五个种子"),
+    ('what should "it" attend to?', "“it”应该关注什么？"),
+])
+def test_style_rules_pass_good_translations(msgid, msgstr):
+    assert book.style_problems(msgid, msgstr) == []
+
+
+def test_page_rules():
+    assert book.page_style_problems("book/ch1_attention_cues", [("cues", "线索")])
+    assert book.page_style_problems(
+        "book/ch1_attention_cues", [("cues", "即“自主性提示”和“非自主性提示”")]) == []
+    first_use = [("Patches", "补丁"), ("{term}`patches <patch>`", "{term}`补丁 <patch>`")]
+    assert book.page_style_problems("book/ch10_vision_transformer", first_use)
+    first_use[1] = ("{term}`patches <patch>`", "{term}`补丁 <patch>`（patch，即图像块）")
+    assert book.page_style_problems("book/ch10_vision_transformer", first_use) == []

@@ -40,6 +40,10 @@ ZH_TITLE = "注意力如何工作"
 #: The captions of the table of contents' parts (they live in _toc.yml, outside the catalogues).
 ZH_CAPTIONS = {"Getting started": "入门", "Chapters": "章节", "Reference": "参考资料"}
 
+#: Catalogues of the interface rather than of a page (Sphinx's own strings, the theme's, the
+#: interactive figures'): checked for completeness, not against the pages.
+INTERFACE_CATALOGUES = {"sphinx.po", "booktheme.po", "interactive.po"}
+
 FONT_DIR = ROOT / "book" / "assets" / "static" / "fonts"
 FONT_FILE = FONT_DIR / "d2lattn-cjk-subset.woff2"
 #: The open font the subset is cut from: Noto Sans CJK SC (SIL Open Font License 1.1), as
@@ -241,6 +245,8 @@ def check_po(pots: Path | None = None) -> List[str]:
                         "Sphinx would drop it (the message must parse as one paragraph): escape "
                         "the marker, e.g. '1\\. '"
                     )
+                for problem in style_problems(msgid, msgstr):
+                    problems.append(f"{page}: {problem} in {_short(msgstr)}")
                 if msgstr.strip() and markup(msgid) != markup(msgstr):
                     lost = markup(msgid) - markup(msgstr)
                     added = markup(msgstr) - markup(msgid)
@@ -248,10 +254,100 @@ def check_po(pots: Path | None = None) -> List[str]:
                         f"{page}: markup changed in {_short(msgid)}: "
                         f"lost {dict(lost)}, added {dict(added)}"
                     )
+            problems += [f"{page}: {problem}" for problem in page_style_problems(
+                str(page.as_posix()), [(m, po[m].msgstr) for m in sorted(pot & po.keys())],
+                order=[e.msgid for e in polib.pofile(str(po_path)) if e.msgid in pot])]
         pages = {p.relative_to(pot_dir).with_suffix(".po") for p in pot_dir.rglob("*.pot")}
         for po_path in sorted(MESSAGES.rglob("*.po")):
+            if po_path.relative_to(MESSAGES).as_posix() in INTERFACE_CATALOGUES:
+                continue
             if po_path.relative_to(MESSAGES) not in pages:
                 problems.append(f"{po_path.relative_to(ROOT)}: no such page any more")
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------
+# one voice: the terminology and typography rules of locale/README.md, checked message by message
+
+#: Words the edition does not use, with the word it uses instead.
+BANNED_WORDS = {
+    "批次": "批量 (batch)",
+    "代码单元": "单元格 (cell)",
+    "类别标记": "类别词元 (class token: it is a token)",
+    "类标记": "类别词元 (class token)",
+    "运行最大值": "当前最大值 (running max)",
+    "列印": "打印 (mainland usage)",
+}
+#: English concepts whose Chinese term is fixed: if the English names the concept, the
+#: translation uses the term (a glossary line that keeps the English name is exempt).
+CONCEPT_TERMS = [
+    (re.compile(r"\bclass tokens?\b", re.I), "类别词元"),
+    (re.compile(r"\brunning max(imum)?\b", re.I), "当前最大值"),
+    (re.compile(r"\brunning sums?\b", re.I), "累计和"),
+    (re.compile(r"\bbatch(es)?\b(?![_`])", re.I), "批"),
+]
+#: 证明 is for a proof; a numerical check is 验证.
+_PROOF = re.compile(r"\bprov(e|es|ed|en|ing)\b|\bproofs?\b|\bshows? that\b", re.I)
+_QUOTED_TERM = re.compile(r"[“\"‘「]\**\{term\}")
+_CHAPTER_DOC = re.compile(r"\{doc\}`(ch(\d+)_[^`<>]*)`")
+_SOLUTION_ORDER = re.compile(r"解答\s*练习\s*\d")
+_CODE_OR_MATH = re.compile(r"`[^`]*`|\$\$.*?\$\$|\$[^$]*\$|\]\([^)]*\)", re.S)
+#: Names that must appear in these pages' translations (d2l-zh's terms for readers coming
+#: from it, named once in chapter 1 and in the glossary).
+REQUIRED_NAMES = {
+    "book/ch1_attention_cues": ("“自主性提示”", "“非自主性提示”"),
+    "book/glossary": ("“自主性提示”", "“非自主性提示”"),
+}
+#: A term whose first linked use on a page carries a gloss: (term role prefix, gloss).
+FIRST_USE_GLOSS = [(re.compile(r"\{term\}`(补丁|patch)"), "图像块")]
+
+
+def style_problems(msgid: str, msgstr: str) -> List[str]:
+    """The terminology and typography rules one translated message breaks (see locale/README.md)."""
+    if not msgstr.strip():
+        return []
+    problems = []
+    prose = _CODE_OR_MATH.sub(" ", _ROLE.sub(lambda m: m.group(0) if m.group(1) == "term"
+                                             else " ", msgstr))
+    for word, instead in BANNED_WORDS.items():
+        if word in prose:
+            problems.append(f"{word!r}: use {instead}")
+    if msgstr != msgid:
+        english = _CODE_OR_MATH.sub(" ", msgid)
+        for concept, term in CONCEPT_TERMS:
+            if concept.search(english) and term not in msgstr:
+                problems.append(f"/{concept.pattern}/ in the English: translate it as {term}")
+    if _QUOTED_TERM.search(msgstr):
+        problems.append("quotation marks around a {term} role (the link already marks it)")
+    if '"' in _ROLE.sub(" ", prose):
+        problems.append('ASCII quotation marks in Chinese text: use “…”')
+    if prose.count("“") != prose.count("”"):
+        problems.append("unbalanced “…”")
+    if "证明" in prose and not _PROOF.search(msgid):
+        problems.append("证明 where the English asks for no proof: a numerical check is 验证")
+    for match in _CHAPTER_DOC.finditer(msgstr):
+        if f"第 {match.group(2)} 章（{match.group(0)}）" not in msgstr:
+            problems.append(f"{match.group(0)} runs its title into the sentence: write "
+                            f"第 {match.group(2)} 章（{match.group(0)}）")
+    if _SOLUTION_ORDER.search(prose):
+        problems.append("write 练习 N.M 解答, not 解答 练习 N.M")
+    return problems
+
+
+def page_style_problems(page: str, messages: List[Tuple[str, str]],
+                        order: List[str] | None = None) -> List[str]:
+    """Rules over a whole page: names it must contain, glosses at a term's first use."""
+    problems = []
+    text = "\n".join(msgstr for _, msgstr in messages)
+    for name in REQUIRED_NAMES.get(page, ()):
+        if name not in text:
+            problems.append(f"{name} must be named on this page (for readers of d2l-zh)")
+    translations = dict(messages)
+    ordered = [translations[m] for m in (order or [m for m, _ in messages]) if m in translations]
+    for role, gloss in FIRST_USE_GLOSS:
+        first = next((s for s in ordered if role.search(s)), None)
+        if first is not None and gloss not in first:
+            problems.append(f"the first {role.pattern} lacks the gloss {gloss}: {_short(first)}")
     return problems
 
 
