@@ -74,6 +74,8 @@ def _config(*, language: str | None, config_dir: Path) -> Path:
         sphinx_config["language"] = language
         # Chinese full-text search: Sphinx splits words with jieba when it is installed
         sphinx_config["html_search_language"] = "zh"
+        # {cite:t} reads "Bahdanau 等人 [2015]" (registered by book/_ext/d2lattn_i18n.py)
+        sphinx_config["bibtex_reference_style"] = "author_year_zh"
     config_dir.mkdir(parents=True, exist_ok=True)
     path = config_dir / "_config.yml"
     path.write_text(
@@ -146,8 +148,112 @@ def extract(pot_dir: Path) -> Path:
     return pot_dir / "_build" / "gettext"
 
 
+def _translate_module():
+    """book/_ext/d2lattn_translate.py (the figures' and notebooks' translation), imported."""
+    import importlib.util
+
+    path = ROOT / "book" / "_ext" / "d2lattn_translate.py"
+    spec = importlib.util.spec_from_file_location("d2lattn_translate", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("d2lattn_translate", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+VIZ_PO = MESSAGES / "interactive.po"
+
+
+def _chapter_notebooks() -> List[Path]:
+    return sorted((ROOT / "book").glob("*.ipynb"))
+
+
+def update_viz_po() -> None:
+    """Bring the interactive figures' strings into ``interactive.po``: new ones empty, the
+    ones no figure uses any more dropped; each entry says which chapters use it."""
+    import polib
+
+    found = _translate_module().notebook_viz_strings(_chapter_notebooks())
+    po = polib.pofile(str(VIZ_PO), wrapwidth=0) if VIZ_PO.exists() else polib.POFile(wrapwidth=0)
+    if not VIZ_PO.exists():
+        po.metadata = {"Project-Id-Version": "d2lattn", "Language": LANGUAGE,
+                       "MIME-Version": "1.0", "Content-Type": "text/plain; charset=UTF-8",
+                       "Content-Transfer-Encoding": "8bit"}
+    where: Dict[str, List[str]] = {}
+    required: set = set()
+    optional: set = set()
+    for notebook, (req, opt) in found.items():
+        for text in req + opt:
+            where.setdefault(text, []).append(notebook)
+        required.update(req)
+        optional.update(opt)
+    entries = {e.msgid: e for e in po if e.msgid}
+    for text in sorted(required - entries.keys(), key=lambda t: (where[t], t)):
+        po.append(polib.POEntry(msgid=text, msgstr=""))
+    for entry in list(po):
+        if entry.msgid not in required | optional:
+            po.remove(entry)
+        else:
+            entry.occurrences = [(nb, "") for nb in where[entry.msgid]]
+            entry.comment = "" if entry.msgid in required else "optional: data, not a sentence"
+    po.save(str(VIZ_PO))
+
+
+def check_viz_po() -> List[str]:
+    """Problems with ``interactive.po``: a figure's string untranslated or fuzzy, an entry no
+    figure uses, numbers or identifiers of the English lost, a style rule broken."""
+    import polib
+
+    found = _translate_module().notebook_viz_strings(_chapter_notebooks())
+    required = {t for req, _ in found.values() for t in req}
+    optional = {t for _, opt in found.values() for t in opt}
+    name = VIZ_PO.relative_to(ROOT).as_posix()
+    if not VIZ_PO.exists():
+        return [f"{name}: missing (python tools/book.py update-po writes it)"]
+    po = {e.msgid: e for e in polib.pofile(str(VIZ_PO)) if e.msgid and not e.obsolete}
+    problems = []
+    for text in sorted(required):
+        entry = po.get(text)
+        if entry is None or not entry.msgstr.strip() or "fuzzy" in entry.flags:
+            problems.append(f"{name}: the figure string {_short(text)} is not translated")
+    for text in sorted(po.keys() - required - optional):
+        problems.append(f"{name}: {_short(text)} is in no figure any more")
+    for text, entry in sorted(po.items()):
+        if not entry.msgstr.strip():
+            continue
+        if _figure_tokens(text) != _figure_tokens(entry.msgstr):
+            problems.append(f"{name}: numbers or symbols changed in {_short(text)}: "
+                            f"{_figure_tokens(text)} -> {_figure_tokens(entry.msgstr)}")
+        problems += [f"{name}: {p} in {_short(entry.msgstr)}"
+                     for p in style_problems(text, entry.msgstr)]
+    return problems
+
+
+def _figure_tokens(text: str) -> Counter:
+    """What a figure string's translation must keep: numbers and code-like names (k_i, p_t)."""
+    return Counter(re.findall(r"-?\d+(?:\.\d+)?|\b[A-Za-z]+_[A-Za-z0-9\[\]]+", text))
+
+
+def check_interface_po() -> List[str]:
+    """The interface catalogues (sphinx.po, booktheme.po): every entry translated, none fuzzy."""
+    import polib
+
+    problems = []
+    for name in sorted(INTERFACE_CATALOGUES - {"interactive.po"}):
+        path = MESSAGES / name
+        if not path.exists():
+            problems.append(f"{path.relative_to(ROOT).as_posix()}: missing")
+            continue
+        for entry in polib.pofile(str(path)):
+            if entry.msgid and (not entry.msgstr.strip() or "fuzzy" in entry.flags):
+                problems.append(f"{name}: {_short(entry.msgid)} is not translated")
+            elif entry.msgid:
+                problems += [f"{name}: {p}" for p in style_problems(entry.msgid, entry.msgstr)]
+    return problems
+
+
 def update_po() -> None:
     """Merge the current English messages into the Chinese catalogues (sphinx-intl)."""
+    update_viz_po()
     pots = extract(BUILD / "gettext")
     subprocess.run(
         [sys.executable, "-m", "sphinx_intl", "update", "-p", str(pots), "-d", str(LOCALE),
@@ -166,6 +272,8 @@ def tidy() -> None:
     import polib
 
     for po_path in sorted(MESSAGES.rglob("*.po")):
+        if po_path.relative_to(MESSAGES).as_posix() in INTERFACE_CATALOGUES:
+            continue
         po = polib.pofile(str(po_path), wrapwidth=0)
         for entry in po.obsolete_entries():
             po.remove(entry)
@@ -257,6 +365,7 @@ def check_po(pots: Path | None = None) -> List[str]:
             problems += [f"{page}: {problem}" for problem in page_style_problems(
                 str(page.as_posix()), [(m, po[m].msgstr) for m in sorted(pot & po.keys())],
                 order=[e.msgid for e in polib.pofile(str(po_path)) if e.msgid in pot])]
+        problems += check_viz_po() + check_interface_po()
         pages = {p.relative_to(pot_dir).with_suffix(".po") for p in pot_dir.rglob("*.pot")}
         for po_path in sorted(MESSAGES.rglob("*.po")):
             if po_path.relative_to(MESSAGES).as_posix() in INTERFACE_CATALOGUES:
@@ -357,6 +466,8 @@ def statistics() -> Dict[str, Tuple[int, int, int]]:
 
     stats = {}
     for po_path in sorted(MESSAGES.rglob("*.po")):
+        if po_path.relative_to(MESSAGES).as_posix() in INTERFACE_CATALOGUES:
+            continue
         po = polib.pofile(str(po_path))
         stats[str(po_path.relative_to(MESSAGES))] = (
             len(po.translated_entries()), len(po.fuzzy_entries()), len(po.untranslated_entries())
