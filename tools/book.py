@@ -497,11 +497,23 @@ def site_cjk_characters(site: Path = BUILD / "html") -> set:
     return chars
 
 
+def diagram_cjk_characters() -> set:
+    """The CJK characters of the diagrams' Chinese labels (book/figures/make_diagrams.py draws
+    them from this font when Noto Sans CJK is not installed)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "make_diagrams", ROOT / "book" / "figures" / "make_diagrams.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return {c for label in module.ZH_CN.values() for c in CJK.findall(label)}
+
+
 def font() -> None:
     """Cut the subset web font from Noto Sans CJK SC: the CJK glyphs the built site uses."""
     if not FONT_SOURCE.exists():
         sys.exit(f"{FONT_SOURCE} is missing: apt-get install fonts-noto-cjk")
-    chars = site_cjk_characters()
+    chars = site_cjk_characters() | diagram_cjk_characters()
     FONT_DIR.mkdir(parents=True, exist_ok=True)
     unicodes = ",".join(f"U+{ord(c):04X}" for c in sorted(chars))
     subprocess.run(
