@@ -268,6 +268,8 @@ class ChineseSolutionTitles(SphinxPostTransform):
 _CHROME = {
     'title="Toggle primary sidebar"': 'title="显示或隐藏目录"',
     'title="Toggle secondary sidebar"': 'title="显示或隐藏本页目录"',
+    'aria-label="Main"': 'aria-label="全书目录"',
+    '<nav aria-label="Page">': '<nav aria-label="本页">',
 }
 ZH_SEARCH_BAR_TEXT = "搜索本书……"
 
