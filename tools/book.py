@@ -36,6 +36,7 @@ LOCALE = ROOT / "locale"
 MESSAGES = LOCALE / LANGUAGE / "LC_MESSAGES"
 ZH_SUBDIR = "zh"
 ZH_TITLE = "注意力如何工作"
+ZH_AUTHOR = "d2lattn 的作者们"
 
 #: The captions of the table of contents' parts (they live in _toc.yml, outside the catalogues).
 ZH_CAPTIONS = {"Getting started": "入门", "Chapters": "章节", "Reference": "参考资料"}
@@ -70,6 +71,7 @@ def _config(*, language: str | None, config_dir: Path) -> Path:
     }
     if language is not None:
         config["title"] = ZH_TITLE
+        config["author"] = ZH_AUTHOR
         sphinx_config = sphinx.setdefault("config", {})
         sphinx_config["language"] = language
         # Chinese full-text search: Sphinx splits words with jieba when it is installed
