@@ -715,6 +715,123 @@ def test_switcher_works_from_file_urls(site, browser):
     page.close()
 
 
+def test_switcher_keeps_the_section_anchor(site, browser):
+    """Following the switcher from a section (an address with #anchor) lands on the same
+    section of the other language: both languages' pages have the same ids."""
+    page = browser.context.new_page()
+    en_page = (site / "book" / "ch1_attention_cues.html").resolve()
+    zh_page = (site / ZH / "book" / "ch1_attention_cues.html").resolve()
+    page.goto(en_page.as_uri() + "#two-kinds-of-cue", wait_until="load")
+    page.click(".d2lattn-lang-link")
+    page.wait_for_url(zh_page.as_uri() + "#two-kinds-of-cue", wait_until="load")
+    assert page.evaluate("document.getElementById('two-kinds-of-cue') !== null")
+    page.click(".d2lattn-lang-link")
+    page.wait_for_url(en_page.as_uri() + "#two-kinds-of-cue", wait_until="load")
+    page.close()
+
+
+VIZ_TEXT = """() => [...document.querySelectorAll('.d2lattn-viz')].map(r => ({
+  title: r.querySelector('.d2lattn-viz-title').textContent,
+  caption: (r.querySelector('.d2lattn-viz-caption') || {textContent: ''}).textContent,
+  labels: [...r.querySelectorAll('.d2lattn-viz-control > span:first-child')].map(e => e.textContent),
+  panels: [...r.querySelectorAll('.d2lattn-viz-panel-title')].map(e => e.textContent),
+}))"""
+
+
+def test_interactive_figures_speak_the_page_language(site, base_url, browser):
+    """On a Chinese page every interactive figure's title, hint, control labels and panel
+    titles are Chinese; on the English page they are English (no Chinese character)."""
+    import re
+
+    cjk = re.compile(CJK_CHAR)
+    page = browser.context.new_page()
+    checked = 0
+    for rel in _viz_pages(site):
+        if rel.startswith(ZH):
+            continue
+        for prefix, chinese in ((ZH, True), ("", False)):
+            _open(page, base_url, prefix + rel, site)
+            page.wait_for_function("[...document.querySelectorAll('.d2lattn-viz')]"
+                                   ".every(r => r.dataset.ready === '1')", timeout=10000)
+            for figure in page.evaluate(VIZ_TEXT):
+                texts = [figure["title"], figure["caption"], *figure["labels"], *figure["panels"]]
+                texts = [t for t in texts if t.strip()]
+                where = f"{prefix + rel}: {figure['title']!r}"
+                if chinese:
+                    assert all(cjk.search(t) for t in texts), (where, texts)
+                else:
+                    assert not any(cjk.search(t) for t in texts), (where, texts)
+                checked += 1
+    page.close()
+    assert checked >= 14  # 7 figures, both languages
+
+
+def test_chinese_download_button_gives_a_chinese_notebook(site, base_url, browser):
+    """A Chinese chapter's download button serves the Chinese notebook (its Markdown in
+    Chinese, marked zh_CN); its code cells are the English notebook's, cell for cell."""
+    import re
+
+    page = browser.context.new_page()
+    chapters = [rel for rel in _pages(site) if rel.startswith(CHAPTER_PREFIX)]
+    assert chapters
+    for rel in chapters:
+        notebooks = {}
+        for prefix in (ZH, ""):
+            page.goto(base_url + prefix + rel, wait_until="load")
+            href = page.locator(".dropdown-download-buttons a[href$='.ipynb']").first.get_attribute("href")
+            response = page.request.get(page.url.rsplit("/", 1)[0] + "/" + href)
+            assert response.status == 200, f"{prefix + rel}: {href} answered {response.status}"
+            notebooks[prefix] = json.loads(response.body())
+        zh, en = notebooks[ZH], notebooks[""]
+        assert zh.get("metadata", {}).get("d2lattn", {}).get("language") == "zh_CN", rel
+        assert "d2lattn" not in en.get("metadata", {}), rel
+        first = "".join(next(c for c in zh["cells"] if c["cell_type"] == "markdown")["source"])
+        assert re.search(CJK_CHAR, first), (rel, first[:80])
+        code = lambda nb: [c["source"] for c in nb["cells"] if c["cell_type"] == "code"]
+        assert code(zh) == code(en), rel
+    page.close()
+
+
+def test_chinese_pages_show_the_chinese_diagrams(site):
+    """The drawn diagrams: NAME.zh_CN.svg on the Chinese pages, NAME.svg on the English ones."""
+    import re
+
+    found = {"": 0, ZH: 0}
+    for rel in _pages(site):
+        text = (site / rel).read_text(encoding="utf-8")
+        for src in re.findall(r'<img[^>]+src="([^"]+\.svg)"', text):
+            name = src.rsplit("/", 1)[-1]
+            if name.startswith(("attention_pooling", "masking", "multihead",
+                                "positional_encoding", "transformer_block")):
+                chinese = rel.startswith(ZH)
+                assert name.endswith(".zh_CN.svg") == chinese, f"{rel}: {src}"
+                found[ZH if chinese else ""] += 1
+    assert found[""] >= 5 and found[ZH] == found[""], found
+
+
+def test_chinese_citations_and_interface(site):
+    """The Chinese build cites "Bahdanau 等人 [2015]", titles solutions 练习 N.M 解答, and its
+    interface reads mainland Chinese (打印, the link tooltips)."""
+    import re
+
+    zh = (site / ZH / "book" / "ch1_attention_cues.html").read_text(encoding="utf-8")
+    en = (site / "book" / "ch1_attention_cues.html").read_text(encoding="utf-8")
+    assert "et al." in en and "等人" in zh
+    prose = re.sub(r'title="[^"]*"|<div class="citation".*?</div>|<pre\b.*?</pre>', "", zh,
+                   flags=re.S)  # the reference list's tooltips, the bibliography, code
+    assert not re.search(r"et al\.", prose), "et al. left in the Chinese text"
+    for english, chinese in (("Link to this heading", "链接到此标题"), ("Print to PDF", "打印为 PDF")):
+        assert english not in zh and chinese in zh, (english, chinese)
+    assert "列印" not in zh
+    titles = []
+    for rel in _pages(site):
+        if rel.startswith(ZH + CHAPTER_PREFIX):
+            text = (site / rel).read_text(encoding="utf-8")
+            titles += re.findall(r"解答\s*(?:<[^>]+>\s*)*练习", text)
+            assert not re.search(r'<p class="admonition-title">解答\s*<a', text), rel
+    assert titles == []
+
+
 SEARCH_RESULTS = """async () => {
   for (let i = 0; i < 200; i++) {
     const summary = document.querySelector('#search-results .search-summary, #search-results p');

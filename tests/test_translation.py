@@ -80,3 +80,146 @@ def test_table_of_contents_captions_translated(tmp_path):
 
     captions = [part["caption"] for part in yaml.safe_load(toc.read_text(encoding="utf-8"))["parts"]]
     assert captions and all(book.CJK.search(caption) for caption in captions)
+
+
+# One voice (locale/README.md "Conventions"): check-po enforces the terminology and typography
+# rules message by message; each bad example below must be caught, each good one pass.
+
+@pytest.mark.parametrize("msgid, msgstr", [
+    ("on a held-out batch", "在留出批次上"),                      # batch is 批量
+    ("the cell above", "上面的代码单元"),                          # cell is 单元格
+    ("the class token", "类别标记"),                               # the class token is a token
+    ("a running max and a running sum", "一个运行最大值和一个运行和"),
+    ("this is {term}`teacher forcing`", "这就是“{term}`教师强制`”"),  # no quotes around a term
+    ('what should "it" attend to?', '"it" 应该关注什么？'),          # Chinese quotation marks
+    ("Check numerically that the blocks match", "证明两个块相等"),  # a check is 验证
+    ("see {doc}`ch7_seq2seq_attention`", "见 {doc}`ch7_seq2seq_attention`"),
+    ("Solution to Exercise 1.1", "解答 练习 1.1"),
+    ("Print to PDF", "列印成 PDF"),
+    ("a “quote", "一个“引号"),
+])
+def test_style_rules_catch_violations(msgid, msgstr):
+    assert book.style_problems(msgid, msgstr), (msgid, msgstr)
+
+
+@pytest.mark.parametrize("msgid, msgstr", [
+    ("on a held-out batch", "在留出批量上"),
+    ("Show that the score depends on $n - m$", "证明分数只依赖于 $n - m$"),
+    ("see {doc}`ch7_seq2seq_attention`", "见第 7 章（{doc}`ch7_seq2seq_attention`）"),
+    ("see {doc}`chapter 4 <ch4_scoring_functions>`", "见 {doc}`第 4 章 <ch4_scoring_functions>`"),
+    ('call `f("x")`', '调用 `f("x")`'),                             # code keeps its quotes
+    ("class token", "class token"),                                 # a glossary name line
+    ("with this run and five seeds", "使用本次运行和五个种子"),
+    ('what should "it" attend to?', "“it”应该关注什么？"),
+])
+def test_style_rules_pass_good_translations(msgid, msgstr):
+    assert book.style_problems(msgid, msgstr) == []
+
+
+def test_page_rules():
+    assert book.page_style_problems("book/ch1_attention_cues", [("cues", "线索")])
+    assert book.page_style_problems(
+        "book/ch1_attention_cues", [("cues", "即“自主性提示”和“非自主性提示”")]) == []
+    first_use = [("Patches", "补丁"), ("{term}`patches <patch>`", "{term}`补丁 <patch>`")]
+    assert book.page_style_problems("book/ch10_vision_transformer", first_use)
+    first_use[1] = ("{term}`patches <patch>`", "{term}`补丁 <patch>`（patch，即图像块）")
+    assert book.page_style_problems("book/ch10_vision_transformer", first_use) == []
+
+
+# Beyond the prose: interactive figures, notebooks and diagrams in Chinese -------------------
+
+_translate_spec = importlib.util.spec_from_file_location(
+    "d2lattn_translate", ROOT / "book" / "_ext" / "d2lattn_translate.py")
+translate = importlib.util.module_from_spec(_translate_spec)
+_translate_spec.loader.exec_module(translate)
+CHAPTERS = sorted((ROOT / "book").glob("ch*.ipynb"))
+MESSAGES = ROOT / "locale" / "zh_CN" / "LC_MESSAGES"
+
+
+def test_interactive_figure_strings_all_translated():
+    """Every figure's title, hint, control label, panel title, readout and line name has a
+    Chinese entry in interactive.po, and the entries keep the English's numbers and symbols."""
+    assert book.check_viz_po() == []
+    found = translate.notebook_viz_strings(CHAPTERS)
+    assert sum(len(req) for req, _ in found.values()) >= 60 and len(found) >= 6
+
+
+def test_translated_figure_keeps_its_numbers():
+    import json
+
+    table = translate.load_catalogue(MESSAGES / "interactive.po")
+    figures = 0
+    for path in CHAPTERS:
+        notebook = json.loads(path.read_text(encoding="utf-8"))
+        for text in translate._html_outputs(notebook):
+            for spec in translate.viz_specs(text):
+                zh = next(translate.viz_specs(translate.translate_viz_html(text, table)))
+                figures += 1
+                assert book.CJK.search(zh["title"]) and book.CJK.search(zh["caption"])
+                assert all(book.CJK.search(c["label"]) for c in zh["controls"])
+                assert zh["frames"].keys() == spec["frames"].keys()
+                for key, frame in spec["frames"].items():  # same numbers, names translated
+                    for name, values in frame.items():
+                        other = zh["frames"][key][name]
+                        if isinstance(values, dict):
+                            assert other == {table.get(k, k): v for k, v in values.items()}
+                        else:
+                            assert other == values
+                # the static fallback (what JupyterLab shows) is translated too
+                assert spec["title"] not in translate.translate_viz_html(text, table)
+                assert translate.translate_viz_html(text, {}) == text  # English untouched
+    assert figures >= 7
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_chinese_notebook(path):
+    """The Chinese notebook: every Markdown paragraph from the catalogue (none left in
+    English), every catalogue message used, code and outputs identical, valid nbformat."""
+    import json
+
+    import nbformat
+
+    notebook = json.loads(path.read_text(encoding="utf-8"))
+    table = translate.load_catalogue(MESSAGES / "book" / f"{path.stem}.po")
+    viz = translate.load_catalogue(MESSAGES / "interactive.po")
+    missed = []
+    zh = translate.translate_notebook(notebook, table, viz, missed=missed)
+    assert missed == []
+    markdown = "".join("".join(c["source"]) for c in zh["cells"] if c["cell_type"] == "markdown")
+    unused = [m for m, s in table.items() if s not in markdown]
+    assert unused == [], unused[:3]
+    assert len(zh["cells"]) == len(notebook["cells"])
+    for a, b in zip(notebook["cells"], zh["cells"]):
+        assert a["cell_type"] == b["cell_type"]
+        if a["cell_type"] == "code":
+            assert a["source"] == b["source"]
+            html_a = [o for o in a.get("outputs", []) if "d2lattn-viz" not in json.dumps(o)]
+            html_b = [o for o in b.get("outputs", []) if "d2lattn-viz" not in json.dumps(o)]
+            assert html_a == html_b
+    nbformat.validate(nbformat.from_dict(zh))
+
+
+def test_markdown_translation_keeps_structure():
+    table = {"A heading": "标题", "First item": "第一项", "second item, continued": "第二项",
+             "A paragraph that runs over two lines.": "一个段落。", "Solution": "解答",
+             "Cell": "单元格"}
+    source = ("# A heading\n\nA paragraph that runs\nover two lines.\n\n- First item\n"
+              "- second item,\n  continued\n\n```python\nx = 1  # A heading\n```\n\n"
+              ":::{dropdown} Solution\nA paragraph that runs over two lines.\n:::\n\n| Cell |\n|---|\n")
+    assert translate.translate_markdown(source, table) == (
+        "# 标题\n\n一个段落。\n\n- 第一项\n- 第二项\n\n```python\nx = 1  # A heading\n```\n\n"
+        ":::{dropdown} 解答\n一个段落。\n:::\n\n| 单元格 |\n|---|\n")
+
+
+def test_every_diagram_has_a_chinese_version():
+    """make_diagrams.py writes NAME.zh_CN.svg beside each NAME.svg; the Chinese build shows it
+    (Sphinx's figure_language_filename, "{root}.{language}{ext}")."""
+    figures = ROOT / "book" / "figures"
+    english = sorted(p for p in figures.glob("*.svg") if ".zh_CN." not in p.name)
+    assert english
+    for path in english:
+        zh = path.with_name(path.stem + ".zh_CN.svg")
+        assert zh.is_file(), f"{zh.name} missing: run python book/figures/make_diagrams.py"
+        assert zh.read_bytes() != path.read_bytes()
+    source = (figures / "make_diagrams.py").read_text(encoding="utf-8")
+    assert "ZH_CN = {" in source

@@ -38,10 +38,15 @@ LOCALE = ROOT / "locale"
 MESSAGES = LOCALE / LANGUAGE / "LC_MESSAGES"
 ZH_SUBDIR = "zh"
 ZH_TITLE = "注意力如何工作"
+ZH_AUTHOR = "d2lattn 的作者们"
 
 #: The captions of the table of contents' parts (they live in _toc.yml, outside the catalogues).
 ZH_CAPTIONS = {"Getting started": "入门", "Chapters": "章节", "Attention at work": "注意力的实际应用",
                "Reference": "参考资料"}
+
+#: Catalogues of the interface rather than of a page (Sphinx's own strings, the theme's, the
+#: interactive figures'): checked for completeness, not against the pages.
+INTERFACE_CATALOGUES = {"sphinx.po", "booktheme.po", "interactive.po"}
 
 FONT_DIR = ROOT / "book" / "assets" / "static" / "fonts"
 FONT_FILE = FONT_DIR / "d2lattn-cjk-subset.woff2"
@@ -69,10 +74,13 @@ def _config(*, language: str | None, config_dir: Path) -> Path:
     }
     if language is not None:
         config["title"] = ZH_TITLE
+        config["author"] = ZH_AUTHOR
         sphinx_config = sphinx.setdefault("config", {})
         sphinx_config["language"] = language
         # Chinese full-text search: Sphinx splits words with jieba when it is installed
         sphinx_config["html_search_language"] = "zh"
+        # {cite:t} reads "Bahdanau 等人 [2015]" (registered by book/_ext/d2lattn_i18n.py)
+        sphinx_config["bibtex_reference_style"] = "author_year_zh"
     config_dir.mkdir(parents=True, exist_ok=True)
     path = config_dir / "_config.yml"
     path.write_text(
@@ -262,8 +270,112 @@ def extract(pot_dir: Path) -> Path:
     return pot_dir / "_build" / "gettext"
 
 
+def _translate_module():
+    """book/_ext/d2lattn_translate.py (the figures' and notebooks' translation), imported."""
+    import importlib.util
+
+    path = ROOT / "book" / "_ext" / "d2lattn_translate.py"
+    spec = importlib.util.spec_from_file_location("d2lattn_translate", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("d2lattn_translate", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+VIZ_PO = MESSAGES / "interactive.po"
+
+
+def _chapter_notebooks() -> List[Path]:
+    return sorted((ROOT / "book").glob("*.ipynb"))
+
+
+def update_viz_po() -> None:
+    """Bring the interactive figures' strings into ``interactive.po``: new ones empty, the
+    ones no figure uses any more dropped; each entry says which chapters use it."""
+    import polib
+
+    found = _translate_module().notebook_viz_strings(_chapter_notebooks())
+    po = polib.pofile(str(VIZ_PO), wrapwidth=0) if VIZ_PO.exists() else polib.POFile(wrapwidth=0)
+    if not VIZ_PO.exists():
+        po.metadata = {"Project-Id-Version": "d2lattn", "Language": LANGUAGE,
+                       "MIME-Version": "1.0", "Content-Type": "text/plain; charset=UTF-8",
+                       "Content-Transfer-Encoding": "8bit"}
+    where: Dict[str, List[str]] = {}
+    required: set = set()
+    optional: set = set()
+    for notebook, (req, opt) in found.items():
+        for text in req + opt:
+            where.setdefault(text, []).append(notebook)
+        required.update(req)
+        optional.update(opt)
+    entries = {e.msgid: e for e in po if e.msgid}
+    for text in sorted(required - entries.keys(), key=lambda t: (where[t], t)):
+        po.append(polib.POEntry(msgid=text, msgstr=""))
+    for entry in list(po):
+        if entry.msgid not in required | optional:
+            po.remove(entry)
+        else:
+            entry.occurrences = [(nb, "") for nb in where[entry.msgid]]
+            entry.comment = "" if entry.msgid in required else "optional: data, not a sentence"
+    po.save(str(VIZ_PO))
+
+
+def check_viz_po() -> List[str]:
+    """Problems with ``interactive.po``: a figure's string untranslated or fuzzy, an entry no
+    figure uses, numbers or identifiers of the English lost, a style rule broken."""
+    import polib
+
+    found = _translate_module().notebook_viz_strings(_chapter_notebooks())
+    required = {t for req, _ in found.values() for t in req}
+    optional = {t for _, opt in found.values() for t in opt}
+    name = VIZ_PO.relative_to(ROOT).as_posix()
+    if not VIZ_PO.exists():
+        return [f"{name}: missing (python tools/book.py update-po writes it)"]
+    po = {e.msgid: e for e in polib.pofile(str(VIZ_PO)) if e.msgid and not e.obsolete}
+    problems = []
+    for text in sorted(required):
+        entry = po.get(text)
+        if entry is None or not entry.msgstr.strip() or "fuzzy" in entry.flags:
+            problems.append(f"{name}: the figure string {_short(text)} is not translated")
+    for text in sorted(po.keys() - required - optional):
+        problems.append(f"{name}: {_short(text)} is in no figure any more")
+    for text, entry in sorted(po.items()):
+        if not entry.msgstr.strip():
+            continue
+        if _figure_tokens(text) != _figure_tokens(entry.msgstr):
+            problems.append(f"{name}: numbers or symbols changed in {_short(text)}: "
+                            f"{_figure_tokens(text)} -> {_figure_tokens(entry.msgstr)}")
+        problems += [f"{name}: {p} in {_short(entry.msgstr)}"
+                     for p in style_problems(text, entry.msgstr)]
+    return problems
+
+
+def _figure_tokens(text: str) -> Counter:
+    """What a figure string's translation must keep: numbers and code-like names (k_i, p_t)."""
+    return Counter(re.findall(r"-?\d+(?:\.\d+)?|\b[A-Za-z]+_[A-Za-z0-9\[\]]+", text))
+
+
+def check_interface_po() -> List[str]:
+    """The interface catalogues (sphinx.po, booktheme.po): every entry translated, none fuzzy."""
+    import polib
+
+    problems = []
+    for name in sorted(INTERFACE_CATALOGUES - {"interactive.po"}):
+        path = MESSAGES / name
+        if not path.exists():
+            problems.append(f"{path.relative_to(ROOT).as_posix()}: missing")
+            continue
+        for entry in polib.pofile(str(path)):
+            if entry.msgid and (not entry.msgstr.strip() or "fuzzy" in entry.flags):
+                problems.append(f"{name}: {_short(entry.msgid)} is not translated")
+            elif entry.msgid:
+                problems += [f"{name}: {p}" for p in style_problems(entry.msgid, entry.msgstr)]
+    return problems
+
+
 def update_po() -> None:
     """Merge the current English messages into the Chinese catalogues (sphinx-intl)."""
+    update_viz_po()
     pots = extract(BUILD / "gettext")
     subprocess.run(
         [sys.executable, "-m", "sphinx_intl", "update", "-p", str(pots), "-d", str(LOCALE),
@@ -282,6 +394,8 @@ def tidy() -> None:
     import polib
 
     for po_path in sorted(MESSAGES.rglob("*.po")):
+        if po_path.relative_to(MESSAGES).as_posix() in INTERFACE_CATALOGUES:
+            continue
         po = polib.pofile(str(po_path), wrapwidth=0)
         for entry in po.obsolete_entries():
             po.remove(entry)
@@ -361,6 +475,8 @@ def check_po(pots: Path | None = None) -> List[str]:
                         "Sphinx would drop it (the message must parse as one paragraph): escape "
                         "the marker, e.g. '1\\. '"
                     )
+                for problem in style_problems(msgid, msgstr):
+                    problems.append(f"{page}: {problem} in {_short(msgstr)}")
                 if msgstr.strip() and markup(msgid) != markup(msgstr):
                     lost = markup(msgid) - markup(msgstr)
                     added = markup(msgstr) - markup(msgid)
@@ -368,10 +484,101 @@ def check_po(pots: Path | None = None) -> List[str]:
                         f"{page}: markup changed in {_short(msgid)}: "
                         f"lost {dict(lost)}, added {dict(added)}"
                     )
+            problems += [f"{page}: {problem}" for problem in page_style_problems(
+                str(page.as_posix()), [(m, po[m].msgstr) for m in sorted(pot & po.keys())],
+                order=[e.msgid for e in polib.pofile(str(po_path)) if e.msgid in pot])]
+        problems += check_viz_po() + check_interface_po()
         pages = {p.relative_to(pot_dir).with_suffix(".po") for p in pot_dir.rglob("*.pot")}
         for po_path in sorted(MESSAGES.rglob("*.po")):
+            if po_path.relative_to(MESSAGES).as_posix() in INTERFACE_CATALOGUES:
+                continue
             if po_path.relative_to(MESSAGES) not in pages:
                 problems.append(f"{po_path.relative_to(ROOT)}: no such page any more")
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------
+# one voice: the terminology and typography rules of locale/README.md, checked message by message
+
+#: Words the edition does not use, with the word it uses instead.
+BANNED_WORDS = {
+    "批次": "批量 (batch)",
+    "代码单元": "单元格 (cell)",
+    "类别标记": "类别词元 (class token: it is a token)",
+    "类标记": "类别词元 (class token)",
+    "运行最大值": "当前最大值 (running max)",
+    "列印": "打印 (mainland usage)",
+}
+#: English concepts whose Chinese term is fixed: if the English names the concept, the
+#: translation uses the term (a glossary line that keeps the English name is exempt).
+CONCEPT_TERMS = [
+    (re.compile(r"\bclass tokens?\b", re.I), "类别词元"),
+    (re.compile(r"\brunning max(imum)?\b", re.I), "当前最大值"),
+    (re.compile(r"\brunning sums?\b", re.I), "累计和"),
+    (re.compile(r"\bbatch(es)?\b(?![_`])", re.I), "批"),
+]
+#: 证明 is for a proof; a numerical check is 验证.
+_PROOF = re.compile(r"\bprov(e|es|ed|en|ing)\b|\bproofs?\b|\bshows? that\b", re.I)
+_QUOTED_TERM = re.compile(r"[“\"‘「]\**\{term\}")
+_CHAPTER_DOC = re.compile(r"\{doc\}`(ch(\d+)_[^`<>]*)`")
+_SOLUTION_ORDER = re.compile(r"解答\s*练习\s*\d")
+_CODE_OR_MATH = re.compile(r"`[^`]*`|\$\$.*?\$\$|\$[^$]*\$|\]\([^)]*\)", re.S)
+#: Names that must appear in these pages' translations (d2l-zh's terms for readers coming
+#: from it, named once in chapter 1 and in the glossary).
+REQUIRED_NAMES = {
+    "book/ch1_attention_cues": ("“自主性提示”", "“非自主性提示”"),
+    "book/glossary": ("“自主性提示”", "“非自主性提示”"),
+}
+#: A term whose first linked use on a page carries a gloss: (term role prefix, gloss).
+FIRST_USE_GLOSS = [(re.compile(r"\{term\}`(补丁|patch)"), "图像块")]
+
+
+def style_problems(msgid: str, msgstr: str) -> List[str]:
+    """The terminology and typography rules one translated message breaks (see locale/README.md)."""
+    if not msgstr.strip():
+        return []
+    problems = []
+    prose = _CODE_OR_MATH.sub(" ", _ROLE.sub(lambda m: m.group(0) if m.group(1) == "term"
+                                             else " ", msgstr))
+    for word, instead in BANNED_WORDS.items():
+        if word in prose:
+            problems.append(f"{word!r}: use {instead}")
+    if msgstr != msgid:
+        english = _CODE_OR_MATH.sub(" ", msgid)
+        for concept, term in CONCEPT_TERMS:
+            if concept.search(english) and term not in msgstr:
+                problems.append(f"/{concept.pattern}/ in the English: translate it as {term}")
+    if _QUOTED_TERM.search(msgstr):
+        problems.append("quotation marks around a {term} role (the link already marks it)")
+    if '"' in _ROLE.sub(" ", prose):
+        problems.append('ASCII quotation marks in Chinese text: use “…”')
+    if prose.count("“") != prose.count("”"):
+        problems.append("unbalanced “…”")
+    if "证明" in prose and not _PROOF.search(msgid):
+        problems.append("证明 where the English asks for no proof: a numerical check is 验证")
+    for match in _CHAPTER_DOC.finditer(msgstr):
+        if f"第 {match.group(2)} 章（{match.group(0)}）" not in msgstr:
+            problems.append(f"{match.group(0)} runs its title into the sentence: write "
+                            f"第 {match.group(2)} 章（{match.group(0)}）")
+    if _SOLUTION_ORDER.search(prose):
+        problems.append("write 练习 N.M 解答, not 解答 练习 N.M")
+    return problems
+
+
+def page_style_problems(page: str, messages: List[Tuple[str, str]],
+                        order: List[str] | None = None) -> List[str]:
+    """Rules over a whole page: names it must contain, glosses at a term's first use."""
+    problems = []
+    text = "\n".join(msgstr for _, msgstr in messages)
+    for name in REQUIRED_NAMES.get(page, ()):
+        if name not in text:
+            problems.append(f"{name} must be named on this page (for readers of d2l-zh)")
+    translations = dict(messages)
+    ordered = [translations[m] for m in (order or [m for m, _ in messages]) if m in translations]
+    for role, gloss in FIRST_USE_GLOSS:
+        first = next((s for s in ordered if role.search(s)), None)
+        if first is not None and gloss not in first:
+            problems.append(f"the first {role.pattern} lacks the gloss {gloss}: {_short(first)}")
     return problems
 
 
@@ -381,6 +588,8 @@ def statistics() -> Dict[str, Tuple[int, int, int]]:
 
     stats = {}
     for po_path in sorted(MESSAGES.rglob("*.po")):
+        if po_path.relative_to(MESSAGES).as_posix() in INTERFACE_CATALOGUES:
+            continue
         po = polib.pofile(str(po_path))
         stats[str(po_path.relative_to(MESSAGES))] = (
             len(po.translated_entries()), len(po.fuzzy_entries()), len(po.untranslated_entries())
@@ -410,11 +619,23 @@ def site_cjk_characters(site: Path = BUILD / "html") -> set:
     return chars
 
 
+def diagram_cjk_characters() -> set:
+    """The CJK characters of the diagrams' Chinese labels (book/figures/make_diagrams.py draws
+    them from this font when Noto Sans CJK is not installed)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "make_diagrams", ROOT / "book" / "figures" / "make_diagrams.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return {c for label in module.ZH_CN.values() for c in CJK.findall(label)}
+
+
 def font() -> None:
     """Cut the subset web font from Noto Sans CJK SC: the CJK glyphs the built site uses."""
     if not FONT_SOURCE.exists():
         sys.exit(f"{FONT_SOURCE} is missing: apt-get install fonts-noto-cjk")
-    chars = site_cjk_characters()
+    chars = site_cjk_characters() | diagram_cjk_characters()
     FONT_DIR.mkdir(parents=True, exist_ok=True)
     unicodes = ",".join(f"U+{ord(c):04X}" for c in sorted(chars))
     subprocess.run(

@@ -2,7 +2,9 @@
 
 Run from anywhere:  python book/figures/make_diagrams.py
 
-Outputs (committed, referenced by the chapters with ``{figure}`` directives):
+Outputs (committed, referenced by the chapters with ``{figure}`` directives), each in English
+and in Chinese (``NAME.zh_CN.svg``, which the Chinese build shows in place of ``NAME.svg``:
+Sphinx's ``figure_language_filename``):
 
 - ``attention_pooling.svg``   score -> normalize -> pool, for one query and n key-value pairs;
 - ``masking.svg``             a padded batch (valid lengths 2 and 3), masked scores, masked softmax;
@@ -13,16 +15,23 @@ Outputs (committed, referenced by the chapters with ``{figure}`` directives):
 - ``../assets/root/favicon.ico`` the site's icon (the SVG icon beside it is hand-written).
 
 The output is deterministic (fixed SVG hash salt, no date, text drawn as paths), so re-running
-the script changes no file unless the drawing code changed. Colours are the Okabe-Ito palette,
+the script changes no file unless the drawing code changed. The Chinese labels come from the
+table ``ZH_CN`` below (the glossary's terms), keyed by the English text drawn; a label with no
+entry stops the script. Chinese glyphs are drawn from Noto Sans CJK SC when it is installed,
+else from the book's own subset of it (``book/assets/static/fonts``); either way they end up as
+outlines in the SVG, so no reader needs the font. Colours are the Okabe-Ito palette,
 which stays distinguishable under the common forms of colour blindness; no information is carried
 by colour alone (every box is labelled, masked cells are also hatched and crossed).
 """
 
 from __future__ import annotations
 
+import re
+import tempfile
 from pathlib import Path
 
 import matplotlib
+import matplotlib.text
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
@@ -95,9 +104,160 @@ def step_label(ax, x, y, number, text, colour):
 
 
 def save(fig, name: str) -> None:
+    """Write the figure in English as NAME, then in Chinese as NAME with ``.zh_CN`` added."""
     fig.savefig(HERE / name, format="svg", metadata={"Date": None})
-    plt.close(fig)
     print("wrote", HERE / name)
+    translate_figure(fig)
+    zh_name = name.replace(".svg", ".zh_CN.svg")
+    fig.savefig(HERE / zh_name, format="svg", metadata={"Date": None})
+    plt.close(fig)
+    print("wrote", HERE / zh_name)
+
+
+# ---------------------------------------------------------------------------------------------
+# the Chinese labels
+
+#: Drawn as they are in both languages: the example's tokens, code and names of layers.
+KEEP = {"softmax", "Layer\nNorm", "I", "ran", "you", "lent", "me", "<pad>", "100", "X + P"}
+
+#: English label -> Chinese label (terms as in book/glossary.md and the chapters' catalogues).
+ZH_CN = {
+    # attention_pooling.svg
+    "query $\\mathbf{q}$": "查询 $\\mathbf{q}$",
+    "keys": "键", "values": "值", "output": "输出",
+    "1. score": "1. 评分", "2. normalize": "2. 归一化", "3. pool": "3. 汇聚",
+    # masking.svg
+    "padded batch": "填充后的批量",
+    "scores (queries × keys)": "分数（查询 × 键）",
+    "masked softmax": "掩蔽 softmax",
+    "sequence b = 0\nvalid_lens[0] = 2": "序列 b = 0\nvalid_lens[0] = 2",
+    "sequence b = 1\nvalid_lens[1] = 3": "序列 b = 1\nvalid_lens[1] = 3",
+    "softmax over\nvalid keys": "只在有效键上\n做 softmax",
+    "masked: the key is padding; its score is ignored and its weight is exactly 0":
+        "被掩蔽：该键是填充，它的分数被忽略，权重恰好为 0",
+    # multihead.svg
+    "queries": "查询",
+    "(shared by\nall heads)": "（所有头\n共用）",
+    "head 1": "头 1", "head 2": "头 2", "head h": "头 h",
+    "scaled\ndot-product\nattention": "缩放点积\n注意力",
+    "concat": "拼接",
+    # positional_encoding.svg
+    "token\nembeddings X": "词元嵌入\nX",
+    "positional\nencoding P": "位置编码\nP",
+    "position": "位置",
+    **{f"{f}, pair {k}": f"{f}，第 {k} 对" for f in ("sin", "cos") for k in range(3)},
+    "self-\nattention": "自注意力",
+    "order-\naware\noutputs": "感知顺序\n的输出",
+    "entry value": "元素的值",
+    "positions above": "即上方的位置",
+    "sine rows of P (cos rows: same\nfrequency, a quarter turn ahead)":
+        "P 的正弦行（余弦行：频率相同，\n相位超前四分之一周期）",
+    **{f"pair {k}: $\\sin(\\mathrm{{pos}}\\,/\\,10000^{{{2 * k}/6}})$":
+       f"第 {k} 对：sin(pos / 10000^({2 * k}/6))" for k in range(3)},  # mathtext has no CJK
+    # transformer_block.svg
+    "Encoder block": "编码器块", "Decoder block": "解码器块",
+    "embedding\n+ positions": "嵌入\n+ 位置",
+    "source tokens": "源词元",
+    "target tokens\n(shifted right)": "目标词元\n（右移一位）",
+    "multi-head\nself-attention": "多头\n自注意力",
+    "add & norm": "相加与规范化",
+    "position-wise\nfeed-forward": "逐位\n前馈网络",
+    "masked multi-head\nself-attention": "掩蔽多头\n自注意力",
+    "cross-attention": "交叉注意力",
+    "residual": "残差",
+    "memory (encoder output)": "记忆（编码器的输出）",
+    "keys,\nvalues": "键、\n值",
+    "decoder output (→ linear, softmax)": "解码器输出（→ 线性层、softmax）",
+    "One sublayer": "一个子层",
+    "post-norm": "后置归一化", "pre-norm": "前置归一化",
+    "sublayer": "子层",
+    "Pre-norm moves each\nLayerNorm to the start\nof its branch. The blocks\nat left are post-norm.":
+        "前置归一化把每个\nLayerNorm 移到其分支\n的开头。左侧的块\n是后置归一化。",
+}
+
+_CJK = re.compile(r"[\u2e80-\u9fff\uf900-\ufaff\ufe30-\ufe4f\uff00-\uffef]")
+_MATH = re.compile(r"(\$[^$]*\$)")
+CJK_FAMILY = "Noto Sans CJK SC"
+
+
+def _needs_translation(text: str) -> bool:
+    return text not in KEEP and re.search(r"[A-Za-z]{2}", _MATH.sub("", text)) is not None
+
+
+def translate_figure(fig) -> None:
+    """Replace every label of the figure by its Chinese one (ZH_CN); stop at a missing one."""
+    _cjk_font()
+    missing = []
+    for artist in fig.findobj(matplotlib.text.Text):
+        text = artist.get_text()
+        if not text or not _needs_translation(text):
+            continue
+        if text not in ZH_CN:
+            missing.append(text)
+            continue
+        artist.set_text(ZH_CN[text])
+        artist.set_fontfamily(["DejaVu Sans", CJK_FAMILY])
+        if "$" in ZH_CN[text]:
+            _split_math(fig, artist)
+    if missing:
+        raise SystemExit("make_diagrams.py: no Chinese label for " + ", ".join(map(repr, missing))
+                         + ": add it to ZH_CN")
+
+
+def _split_math(fig, artist) -> None:
+    """Mathtext cannot draw Chinese glyphs, so a label that mixes both ("查询 $q$") is drawn
+    as separate texts side by side: the Chinese in the CJK font, the formula as mathtext."""
+    parts = [p for p in _MATH.split(artist.get_text()) if p]
+    if len(parts) == 1:
+        return
+    if artist.get_rotation() or "\n" in artist.get_text():
+        raise SystemExit(f"cannot split the rotated or multi-line label {artist.get_text()!r}")
+    renderer = fig.canvas.get_renderer()
+    pieces = []
+    for part in parts:
+        piece = matplotlib.text.Text(text=part, fontsize=artist.get_fontsize(),
+                                     fontweight=artist.get_fontweight(), color=artist.get_color(),
+                                     va=artist.get_va(), ha="left", zorder=artist.get_zorder(),
+                                     fontfamily=["DejaVu Sans", CJK_FAMILY])
+        piece.set_figure(fig)
+        pieces.append((piece, piece.get_window_extent(renderer).width))
+    transform = artist.get_transform()
+    x, y = transform.transform(artist.get_position())
+    total = sum(w for _, w in pieces)
+    x -= {"center": total / 2, "right": total}.get(artist.get_ha(), 0)
+    parent = artist.axes if artist.axes is not None else fig
+    for piece, width in pieces:
+        piece.set_position(transform.inverted().transform((x, y)))
+        piece.set_transform(transform)
+        parent._add_text(piece) if hasattr(parent, "_add_text") else fig.texts.append(piece)
+        x += width
+    artist.set_visible(False)
+    artist.set_text("")
+
+
+def _cjk_font() -> None:
+    """Make Noto Sans CJK SC known to matplotlib: the system's, else the book's subset."""
+    from matplotlib import font_manager
+
+    if any(f.name == CJK_FAMILY for f in font_manager.fontManager.ttflist):
+        return
+    system = Path("/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc")
+    out = Path(tempfile.gettempdir()) / "d2lattn-diagrams-cjk.otf"
+    from fontTools.ttLib import TTCollection, TTFont
+
+    if system.exists():
+        font = TTCollection(str(system)).fonts[2]  # the Simplified Chinese face
+    else:
+        font = TTFont(str(HERE.parent / "assets" / "static" / "fonts" / "d2lattn-cjk-subset.woff2"))
+        font.flavor = None
+        cmap = font.getBestCmap()
+        lacking = sorted({c for label in ZH_CN.values() for c in _CJK.findall(label)
+                          if ord(c) not in cmap})
+        if lacking:
+            raise SystemExit("the subset font lacks " + "".join(lacking) + ": install "
+                             "fonts-noto-cjk, or run `python tools/book.py font` first")
+    font.save(str(out))
+    font_manager.fontManager.addfont(str(out))
 
 
 # --------------------------------------------------------------------------------------------
