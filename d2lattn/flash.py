@@ -155,6 +155,10 @@ class _Tiling:
         self.lens = lens  # None, (N,) or (N, Q) int64
         self.kv_lead = kv_lead or (N,)  # the leading axes of the keys, product N
         self.attn, self.keep, self.dropout_p = attn, keep, dropout_p
+        self.attn_overflows = False  # a finite float mask entry that log2(e) sends to -inf
+        if attn is not None and attn.is_floating_point():
+            low = torch.finfo(torch.float32).min / _LOG2_E  # float64 tiles: a superset
+            self.attn_overflows = bool(((attn < low) & attn.isfinite()).any())
         self.device = device
         self._cache: dict = {}  # tile masks that do not depend on valid_lens
         self.row_hi: list = []  # per row: keys [0, row_hi) may be seen (valid_lens)
@@ -232,7 +236,20 @@ class _Tiling:
                                                                                    -math.inf)
                 s.view(*self.kv_lead, self.r, bq, bk).add_(tile)
             else:
-                s.view(*self.kv_lead, self.r, bq, bk).add_(tile.to(s.dtype), alpha=_LOG2_E)
+                s.view(*self.kv_lead, self.r, bq, bk).add_(self._base2(tile, s.dtype))
+
+    def _base2(self, bias: Tensor, dtype: torch.dtype) -> Tensor:
+        """A float mask tile in the scores' base-2 units (times ``log2 e``), finite where it was.
+
+        A bias below ``finfo.min / log2(e)`` (Hugging Face pads with ``finfo(dtype).min``)
+        would overflow to ``-inf`` and turn SDPA's uniform weights over such keys into the
+        zero row of a fully masked query; it is clamped to ``finfo.min`` instead, so only a
+        true ``-inf`` forbids a key.
+        """
+        scaled = bias.to(dtype) * _LOG2_E
+        if self.attn_overflows:
+            scaled.clamp_(min=torch.finfo(dtype).min).masked_fill_(bias.isneginf(), -math.inf)
+        return scaled
 
     def drop(self, p: Tensor, qs: int, qe: int, ks: int, ke: int) -> Tensor:
         """Dropout of a tile ``(N, r * bq, bk)``: the kept entries divided by ``1 - p``."""
@@ -282,8 +299,16 @@ class _Tiling:
 # Forward and backward, on flattened tensors: q (N, r, Q, d), k (N, K, d), v (N, K, v)
 # ---------------------------------------------------------------------------------------------
 
-def _forward(q: Tensor, k: Tensor, v: Tensor, c: float, tiling: _Tiling) -> Tuple[Tensor, Tensor]:
-    """Output ``(N, r, Q, v)`` and base-2 log-sum-exp ``(N, r, Q, 1)`` (+inf: no key seen).
+def _forward(q: Tensor, k: Tensor, v: Tensor, c: float,
+             tiling: _Tiling) -> Tuple[Tensor, Tensor, Tensor]:
+    """Output ``(N, r, Q, v)``, each query's maximum base-2 score ``m`` and ``1 / l``, where
+    ``l = sum_j 2^(s_j - m)`` (each ``(N, r, Q, 1)``; ``m = +inf`` and ``1/l = 0`` for a query
+    that saw no key).
+
+    ``m`` and ``1/l`` are kept apart, not folded into one log-sum-exp ``m + log2(l)``: when
+    every score of a row is huge and negative (a float mask of ``finfo.min`` on every key)
+    ``m + log2(l)`` rounds back to ``m``, and the backward pass would take weights of 1
+    instead of ``1/K``.
 
     The ``r`` query heads that share a key/value head (grouped-query attention; ``r = 1``
     otherwise) are stacked into one block of ``r * bq`` rows, so they read each key tile once
@@ -296,7 +321,8 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, c: float, tiling: _Tiling) -> Tupl
     N, r, Q, _ = q.shape
     bs, dv = tiling.bs, v.shape[-1]
     out = q.new_empty(N, r, Q, dv)
-    lse = q.new_full((N, r, Q, 1), math.inf)
+    row_max = q.new_full((N, r, Q, 1), math.inf)
+    inv_sum = q.new_zeros(N, r, Q, 1)
     kt = k.transpose(-2, -1)  # (N, d, K)
     for qs in range(0, Q, bs):
         qe = min(qs + bs, Q)
@@ -321,45 +347,48 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, c: float, tiling: _Tiling) -> Tupl
         has_key = l > 0  # (N, r*bq, 1); False for a query that saw no key
         o = acc.div_(torch.where(has_key, l, torch.ones_like(l)))  # 0 if no key
         out[:, :, qs:qe] = o.view(N, r, qe - qs, dv)
-        lse[:, :, qs:qe] = torch.where(has_key, m + torch.log2(l),
-                                       math.inf).view(N, r, qe - qs, 1)
-    return out, lse
+        row_max[:, :, qs:qe] = torch.where(has_key, m, math.inf).view(N, r, qe - qs, 1)
+        inv_sum[:, :, qs:qe] = torch.where(has_key, 1.0 / l, 0.0).view(N, r, qe - qs, 1)
+    return out, row_max, inv_sum
 
 
-def _backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, d_out: Tensor,
-              c: float, tiling: _Tiling) -> Tuple[Tensor, Tensor, Tensor]:
+def _backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, row_max: Tensor, inv_sum: Tensor,
+              d_out: Tensor, c: float, tiling: _Tiling) -> Tuple[Tensor, Tensor, Tensor]:
     """Gradients with respect to the queries, keys and values, tile by tile (FlashAttention-2).
 
-    ``q``, ``c`` and ``lse`` as in :func:`_forward`. With ``P = softmax(S)``, ``dV = P^T dO``,
-    ``dP = dO V^T``, ``dS = P * (dP - D)`` with ``D = rowsum(dO * O)``, and ``S = scale Q K^T``
-    gives ``dQ = scale dS K`` and ``dK = scale dS^T Q``; the caller applies the ``scale``.
-    With dropout mask ``Z``, ``P`` becomes ``P * Z / (1 - p)`` in ``dV`` and ``dP`` is
-    multiplied by ``Z / (1 - p)``. The ``r`` stacked heads add their ``dK``, ``dV`` into the
-    shared key/value head.
+    ``q``, ``c``, ``row_max`` and ``inv_sum`` as in :func:`_forward`. With ``P = softmax(S)``,
+    ``dV = P^T dO``, ``dP = dO V^T``, ``dS = P * (dP - D)`` with ``D = rowsum(dO * O)``, and
+    ``S = scale Q K^T`` gives ``dQ = scale dS K`` and ``dK = scale dS^T Q``; the caller applies
+    the ``scale``. A tile recomputes ``E = 2^(S - m)``, so ``P = E / l``; the ``1 / l`` of each
+    row is folded into ``dO`` and ``D`` (``dV = E^T (dO / l)``, ``dS = E * (dP / l - D / l)``),
+    which costs nothing per tile. With dropout mask ``Z``, ``P`` becomes ``P * Z / (1 - p)`` in
+    ``dV`` and ``dP`` is multiplied by ``Z / (1 - p)``. The ``r`` stacked heads add their
+    ``dK``, ``dV`` into the shared key/value head.
     """
     N, r, Q, _ = q.shape
     bs = tiling.bs
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     delta = (d_out * out).sum(dim=-1, keepdim=True)  # (N, r, Q, 1), D_i = dO_i . O_i
+    d_out, delta = d_out * inv_sum, delta * inv_sum  # dO / l and D / l (0 if no key)
     for qs in range(0, Q, bs):
         qe = min(qs + bs, Q)
         rows = r * (qe - qs)
         q_blk = (q[:, :, qs:qe] * c).reshape(N, rows, -1)  # (N, r*bq, d)
         do_blk = d_out[:, :, qs:qe].reshape(N, rows, -1)  # (N, r*bq, v)
-        lse_blk = lse[:, :, qs:qe].reshape(N, rows, 1)
+        max_blk = row_max[:, :, qs:qe].reshape(N, rows, 1)
         delta_blk = delta[:, :, qs:qe].reshape(N, rows, 1)
         dq_blk = torch.zeros_like(q_blk)  # (N, r*bq, d)
         for ks, ke, needs_mask, n in tiling.blocks(qs, qe):
             s = torch.bmm(q_blk[:n], k[:n, ks:ke].transpose(-2, -1))  # (n, r*bq, bk), again
             if needs_mask:
                 tiling.add_mask(s, qs, qe, ks, ke, n)
-            p = s.sub_(lse_blk[:n]).exp2_()  # softmax weights of the tile; 0 where masked
+            p = s.sub_(max_blk[:n]).exp2_()  # l times the tile's weights; 0 where masked
             p_drop = p if tiling.keep is None else tiling.drop(p, qs, qe, ks, ke)
             dv[:n, ks:ke].baddbmm_(p_drop.transpose(-2, -1), do_blk[:n])  # dV += P^T dO
             dp = torch.bmm(do_blk[:n], v[:n, ks:ke].transpose(-2, -1))  # (n, r*bq, bk), dO V^T
             if tiling.keep is not None:
                 dp = tiling.drop(dp, qs, qe, ks, ke)
-            ds = dp.sub_(delta_blk[:n]).mul_(p)  # dS = P * (dP - D)
+            ds = dp.sub_(delta_blk[:n]).mul_(p)  # dS = P * (dP - D), P = p / l
             dq_blk[:n].baddbmm_(ds, k[:n, ks:ke])  # dQ += dS K
             dk[:n, ks:ke].baddbmm_(ds.transpose(-2, -1), q_blk[:n])  # dK += dS^T Q
         dq[:, :, qs:qe] = dq_blk.view(N, r, qe - qs, -1)
@@ -367,7 +396,8 @@ def _backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, d_out: 
 
 
 class _FlashAttentionFn(torch.autograd.Function):
-    """Autograd wrapper: saves the inputs, the output and the log-sum-exp, nothing ``Q x K``.
+    """Autograd wrapper: saves the inputs, the output and two numbers per query (the row's
+    maximum score and the inverse of its sum), nothing ``Q x K``.
 
     16-bit inputs are computed in float32 (the running maximum, sum and output too) and the
     output is rounded once at the end, as fused kernels do.
@@ -376,18 +406,19 @@ class _FlashAttentionFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, scale, tiling):  # q (N, r, Q, d), k, v (N, K, d|v)
         acc = _acc_dtype(q.dtype)
-        out, lse = _forward(q.to(acc), k.to(acc), v.to(acc), scale * _LOG2_E, tiling)
-        ctx.save_for_backward(q, k, v, out, lse)
+        out, row_max, inv_sum = _forward(q.to(acc), k.to(acc), v.to(acc), scale * _LOG2_E,
+                                         tiling)
+        ctx.save_for_backward(q, k, v, out, row_max, inv_sum)
         ctx.scale, ctx.tiling = scale, tiling
         return out.to(q.dtype)
 
     @staticmethod
     def backward(ctx, d_out):
-        q, k, v, out, lse = ctx.saved_tensors
+        q, k, v, out, row_max, inv_sum = ctx.saved_tensors
         # a Function of its own, so that differentiating the gradients raises (not silently
         # dropping the second-order term, as a constant gradient would)
-        dq, dk, dv = _FlashAttentionBackwardFn.apply(q, k, v, out, lse, d_out, ctx.scale,
-                                                     ctx.tiling)
+        dq, dk, dv = _FlashAttentionBackwardFn.apply(q, k, v, out, row_max, inv_sum, d_out,
+                                                     ctx.scale, ctx.tiling)
         return dq, dk, dv, None, None
 
 
@@ -395,9 +426,9 @@ class _FlashAttentionBackwardFn(torch.autograd.Function):
     """The gradients of :class:`_FlashAttentionFn`; differentiating them again raises."""
 
     @staticmethod
-    def forward(ctx, q, k, v, out, lse, d_out, scale, tiling):
+    def forward(ctx, q, k, v, out, row_max, inv_sum, d_out, scale, tiling):
         acc = _acc_dtype(q.dtype)
-        dq, dk, dv = _backward(q.to(acc), k.to(acc), v.to(acc), out, lse,
+        dq, dk, dv = _backward(q.to(acc), k.to(acc), v.to(acc), out, row_max, inv_sum,
                                d_out.to(acc).contiguous(), scale * _LOG2_E, tiling)
         return (dq.mul_(scale).to(q.dtype), dk.mul_(1.0 / _LOG2_E).to(k.dtype),
                 dv.to(v.dtype))
