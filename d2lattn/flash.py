@@ -318,7 +318,7 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, c: float,
     far below the maximum, where ``exp`` is ten times slower. Only the first ``n`` rows of
     ``N`` compute a tile that the shorter rows' ``valid_lens`` hide.
     """
-    N, r, Q, _ = q.shape
+    N, r, Q, d = q.shape
     bs, dv = tiling.bs, v.shape[-1]
     out = q.new_empty(N, r, Q, dv)
     row_max = q.new_full((N, r, Q, 1), math.inf)
@@ -327,7 +327,7 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, c: float,
     for qs in range(0, Q, bs):
         qe = min(qs + bs, Q)
         rows = r * (qe - qs)
-        q_blk = (q[:, :, qs:qe] * c).reshape(N, rows, -1)  # (N, r*bq, d), scaled block by block
+        q_blk = (q[:, :, qs:qe] * c).reshape(N, rows, d)  # (N, r*bq, d), scaled block by block
         m = q.new_full((N, rows, 1), -math.inf)  # running maximum
         l = q.new_zeros(N, rows, 1)  # running sum of exp(score - m)
         acc = q.new_zeros(N, rows, dv)  # (N, r*bq, v) running numerator
@@ -365,16 +365,16 @@ def _backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, row_max: Tensor, inv
     ``dV`` and ``dP`` is multiplied by ``Z / (1 - p)``. The ``r`` stacked heads add their
     ``dK``, ``dV`` into the shared key/value head.
     """
-    N, r, Q, _ = q.shape
-    bs = tiling.bs
+    N, r, Q, d = q.shape
+    bs, d_v = tiling.bs, v.shape[-1]
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     delta = (d_out * out).sum(dim=-1, keepdim=True)  # (N, r, Q, 1), D_i = dO_i . O_i
     d_out, delta = d_out * inv_sum, delta * inv_sum  # dO / l and D / l (0 if no key)
     for qs in range(0, Q, bs):
         qe = min(qs + bs, Q)
         rows = r * (qe - qs)
-        q_blk = (q[:, :, qs:qe] * c).reshape(N, rows, -1)  # (N, r*bq, d)
-        do_blk = d_out[:, :, qs:qe].reshape(N, rows, -1)  # (N, r*bq, v)
+        q_blk = (q[:, :, qs:qe] * c).reshape(N, rows, d)  # (N, r*bq, d)
+        do_blk = d_out[:, :, qs:qe].reshape(N, rows, d_v)  # (N, r*bq, v)
         max_blk = row_max[:, :, qs:qe].reshape(N, rows, 1)
         delta_blk = delta[:, :, qs:qe].reshape(N, rows, 1)
         dq_blk = torch.zeros_like(q_blk)  # (N, r*bq, d)
@@ -391,7 +391,7 @@ def _backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, row_max: Tensor, inv
             ds = dp.sub_(delta_blk[:n]).mul_(p)  # dS = P * (dP - D), P = p / l
             dq_blk[:n].baddbmm_(ds, k[:n, ks:ke])  # dQ += dS K
             dk[:n, ks:ke].baddbmm_(ds.transpose(-2, -1), q_blk[:n])  # dK += dS^T Q
-        dq[:, :, qs:qe] = dq_blk.view(N, r, qe - qs, -1)
+        dq[:, :, qs:qe] = dq_blk.view(N, r, qe - qs, d)
     return dq, dk, dv
 
 

@@ -150,7 +150,8 @@ class MultiHeadAttention(nn.Module):
         B, T, _ = X.shape
         # contiguous: one copy here lets every later matmul use the heads without copying,
         # and gives BLAS keys^T as a plain transposed view.
-        return X.view(B, T, self.num_heads, -1).transpose(1, 2).contiguous()  # (B, h, T, d_h)
+        d_h = self.num_hiddens // self.num_heads  # named, not -1: B or T may be 0
+        return X.view(B, T, self.num_heads, d_h).transpose(1, 2).contiguous()  # (B, h, T, d_h)
 
     def merge_heads(self, X: Tensor) -> Tensor:
         """``(B, num_heads, T, d_h)`` -> ``(B, T, num_heads * d_h)``; inverse of ``split_heads``."""
