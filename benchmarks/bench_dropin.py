@@ -27,7 +27,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-from d2lattn.flash import GroupedQueryAttention, _Tiling, flash_attention
+from d2lattn.flash import _Tiling, flash_attention
+from d2lattn.multihead import GroupedQueryAttention
 from d2lattn.transformer import KVCache
 
 MiB = 2 ** 20

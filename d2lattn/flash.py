@@ -15,8 +15,9 @@ here compute the same result block by block and never hold more than one tile of
 - :func:`local_attention` and :func:`sliding_window_mask`: each query sees only the keys within
   a window around its own position (Beltagy et al., 2020); blocks outside the window are skipped,
   so the cost grows linearly with the length;
-- :class:`GroupedQueryAttention`: multi-head attention whose heads share ``num_kv_heads`` key and
-  value heads (Ainslie et al., 2023; one shared head is multi-query attention, Shazeer, 2019).
+- ``enable_gqa``: query heads that share key/value heads (grouped-query attention, Ainslie et
+  al., 2023) read them without a copy; :class:`d2lattn.multihead.GroupedQueryAttention` is the
+  layer built on it.
 
 Masking follows the rest of d2lattn: True = may attend; causal masks are lower-right aligned
 (query ``i`` sees key ``j`` iff ``j <= i + (K - Q)``); a query with no visible key gets the zero
@@ -27,10 +28,10 @@ from __future__ import annotations
 
 import bisect
 import math
-from typing import Iterator, Optional, Protocol, Tuple
+from typing import Iterator, Optional, Tuple
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from ._checks import (
     ValidLens,
@@ -38,10 +39,7 @@ from ._checks import (
     as_valid_lens,
     check_bool,
     check_dropout,
-    check_input_dtype,
-    check_kv_cache_chunk,
     check_positive_ints,
-    check_qkv,
     check_scale,
     check_sdpa_inputs,
     check_valid_lens,
@@ -55,7 +53,6 @@ __all__ = [
     "local_attention",
     "sliding_window_mask",
     "tile_schedule",
-    "GroupedQueryAttention",
 ]
 
 #: Default tile size: a 256 x 256 float32 tile is 256 KiB per head (2 MiB for 8 heads), small
@@ -63,13 +60,6 @@ __all__ = [
 #: ``benchmarks/bench_flash.py --sweep`` on the machines measured (chapter 9 shows the sweep).
 DEFAULT_BLOCK_SIZE = 256
 
-
-class _KVCacheLike(Protocol):
-    """What ``GroupedQueryAttention.forward`` needs of a cache (see ``d2lattn.KVCache``)."""
-
-    def __len__(self) -> int: ...
-
-    def update(self, keys: Tensor, values: Tensor) -> Tuple[Tensor, Tensor]: ...
 
 _LOG2_E = math.log2(math.e)  # scores times log2(e): exp(x) = 2 ** (x * log2(e))
 
@@ -747,138 +737,17 @@ def _tile_grid(Q: int, K: int, block_size: int, is_causal: bool,
     return grid
 
 
-class GroupedQueryAttention(nn.Module):
-    r"""Multi-head attention whose ``num_heads`` query heads share ``num_kv_heads`` key/value heads.
+def __getattr__(name: str) -> object:
+    """``d2lattn.flash.GroupedQueryAttention`` moved to :mod:`d2lattn.multihead` (one
+    multi-head core); the old path works, with a ``DeprecationWarning``, for one release."""
+    if name == "GroupedQueryAttention":
+        import warnings
 
-    .. math:: \mathrm{head}_i = \mathrm{softmax}\!\Big(\frac{Q W_{q,i}^\top
-              (K W_{k,g(i)}^\top)^\top}{\sqrt{d_h}}\Big) V W_{v,g(i)}^\top, \qquad
-              g(i) = \lfloor i / r \rfloor,\ r = \texttt{num\_heads} / \texttt{num\_kv\_heads}
+        from .multihead import GroupedQueryAttention
 
-    Query heads ``i*r ... (i+1)*r - 1`` use key/value head ``i`` (the grouping of
-    ``F.scaled_dot_product_attention(..., enable_gqa=True)``). ``num_kv_heads == num_heads`` is
-    ordinary multi-head attention (:class:`~d2lattn.MultiHeadAttention` with the same weights
-    gives the same output); ``num_kv_heads == 1`` is multi-query attention. The keys and values a
-    decoder caches shrink by the factor ``r`` (see :meth:`kv_cache_bytes` and the ``kv_cache``
-    option), and so do the keys and values saved for the backward pass: the attention is
-    :func:`flash_attention` with ``enable_gqa=True``, whose ``r`` query heads read their shared
-    key/value head in one matrix product, never a copy of it per query head (no dropout, no
-    stored weights).
-
-    Args:
-        num_hiddens: total size of the query heads, ``num_heads * d_h``.
-        num_heads: h, the number of query heads; must divide ``num_hiddens``.
-        num_kv_heads: g, the number of key/value heads; must divide ``num_heads``.
-        bias: whether the four projections have a bias.
-        query_size, key_size, value_size: keyword-only input sizes (default ``num_hiddens``).
-        block_size: keyword-only tile size passed to :func:`flash_attention`.
-
-    Parameters:
-        W_q: ``nn.Linear(query_size, num_hiddens)``; W_k, W_v: ``nn.Linear(key_size|value_size,
-        num_kv_heads * d_h)``; W_o: ``nn.Linear(num_hiddens, num_hiddens)``.
-
-    Shapes (``forward``):
-        queries ``(B, Q, query_size)``, keys ``(B, K, key_size)``, values ``(B, K, value_size)``
-        of the parameters' dtype; ``valid_lens`` ``None``, ``(B,)`` or ``(B, Q)``.
-        Keyword-only: ``attn_mask`` (bool or float, as in :func:`flash_attention`, over the
-        ``h`` query heads: ``(Q, K)``, ``(B, 1|h, Q, K)``), ``is_causal`` and ``kv_cache``
-        (a :class:`~d2lattn.KVCache`: the new keys and values ``(B, g, K_new, d_h)`` are
-        appended to it and attention runs over all it holds; a chunk of several queries needs
-        ``is_causal=True`` or an ``attn_mask``). Returns ``(B, Q, num_hiddens)``.
-
-    Raises:
-        ValueError: at construction if a size is not a positive integer or does not divide as
-            required; in ``forward`` on mismatched shapes or dtypes, bad ``valid_lens`` or
-            masks, or a ``kv_cache`` with ``is_causal=False`` and several new queries.
-
-    Example:
-        >>> gqa = GroupedQueryAttention(num_hiddens=16, num_heads=4, num_kv_heads=2)
-        >>> X = torch.ones(2, 5, 16)
-        >>> gqa(X, X, X, is_causal=True).shape
-        torch.Size([2, 5, 16])
-        >>> gqa.W_k.weight.shape, gqa.kv_cache_bytes(batch_size=1, seq_len=100)
-        (torch.Size([8, 16]), 6400)
-
-    Source: Ainslie et al. (2023), "GQA", section 2.2; Shazeer (2019), "Fast transformer
-    decoding: one write-head is all you need" (multi-query attention); book chapter 9.
-    """
-
-    def __init__(
-        self,
-        num_hiddens: int,
-        num_heads: int,
-        num_kv_heads: int,
-        bias: bool = False,
-        *,
-        query_size: Optional[int] = None,
-        key_size: Optional[int] = None,
-        value_size: Optional[int] = None,
-        block_size: int = DEFAULT_BLOCK_SIZE,
-    ) -> None:
-        super().__init__()
-        check_positive_ints(num_hiddens=num_hiddens, num_heads=num_heads,
-                            num_kv_heads=num_kv_heads, block_size=block_size)
-        if num_hiddens % num_heads != 0:
-            raise ValueError(f"num_hiddens ({num_hiddens}) must be divisible by num_heads "
-                             f"({num_heads})")
-        if num_heads % num_kv_heads != 0:
-            raise ValueError(f"num_heads ({num_heads}) must be divisible by num_kv_heads "
-                             f"({num_kv_heads})")
-        sizes = {"query_size": query_size, "key_size": key_size, "value_size": value_size}
-        check_positive_ints(**{name: size for name, size in sizes.items() if size is not None})
-        self.num_hiddens, self.num_heads, self.num_kv_heads = num_hiddens, num_heads, num_kv_heads
-        self.head_size = num_hiddens // num_heads
-        self.block_size = block_size
-        kv_hiddens = num_kv_heads * self.head_size
-        self.W_q = nn.Linear(query_size or num_hiddens, num_hiddens, bias=bias)
-        self.W_k = nn.Linear(key_size or num_hiddens, kv_hiddens, bias=bias)
-        self.W_v = nn.Linear(value_size or num_hiddens, kv_hiddens, bias=bias)
-        self.W_o = nn.Linear(num_hiddens, num_hiddens, bias=bias)
-
-    def kv_cache_bytes(self, batch_size: int, seq_len: int,
-                       dtype: torch.dtype = torch.float32) -> int:
-        """Bytes of the keys and values a decoder caches for ``seq_len`` tokens (one layer).
-
-        ``2 * batch_size * seq_len * num_kv_heads * d_h * itemsize``: ``num_heads /
-        num_kv_heads`` times less than multi-head attention's cache.
-        """
-        check_positive_ints(batch_size=batch_size, seq_len=seq_len)
-        itemsize = torch.empty((), dtype=dtype).element_size()
-        return 2 * batch_size * seq_len * self.num_kv_heads * self.head_size * itemsize
-
-    def _split(self, X: Tensor, heads: int) -> Tensor:
-        B, T, _ = X.shape
-        return X.view(B, T, heads, self.head_size).transpose(1, 2)  # (B, heads, T, d_h)
-
-    def forward(
-        self,
-        queries: Tensor,
-        keys: Tensor,
-        values: Tensor,
-        valid_lens: Optional[ValidLens] = None,
-        *,
-        attn_mask: Optional[Tensor] = None,
-        is_causal: bool = False,
-        kv_cache: Optional[_KVCacheLike] = None,
-    ) -> Tensor:
-        check_qkv(queries, keys, values, same_size=False, query_size=self.W_q.in_features,
-                  key_size=self.W_k.in_features, value_size=self.W_v.in_features)
-        if queries.dim() != 3:
-            raise ValueError(f"queries must have shape (B, Q, query_size), "
-                             f"got {tuple(queries.shape)}")
-        for name, t in (("queries", queries), ("keys", keys), ("values", values)):
-            check_input_dtype(name, t, self.W_q.weight.dtype)
-        check_bool(is_causal=is_causal)
-        check_kv_cache_chunk(kv_cache, is_causal, attn_mask, queries.shape[1])
-        # 1. project: h query heads, g key/value heads
-        q = self._split(self.W_q(queries), self.num_heads)  # (B, h, Q, d_h)
-        k = self._split(self.W_k(keys), self.num_kv_heads)  # (B, g, K_new, d_h)
-        v = self._split(self.W_v(values), self.num_kv_heads)  # (B, g, K_new, d_h)
-        if kv_cache is not None:
-            k, v = kv_cache.update(k, v)  # (B, g, K, d_h): the cache holds g heads, not h
-        # 2. every group of r = h / g query heads reads the same key/value head (no copies)
-        heads = flash_attention(q, k, v, valid_lens=valid_lens, attn_mask=attn_mask,
-                                is_causal=is_causal, enable_gqa=True,
-                                block_size=self.block_size)  # (B, h, Q, d_h)
-        # 3. concatenate the heads and mix them
-        B, _, Q, _ = heads.shape
-        return self.W_o(heads.transpose(1, 2).reshape(B, Q, self.num_hiddens))  # (B, Q, h*d_h)
+        warnings.warn("d2lattn.flash.GroupedQueryAttention moved to "
+                      "d2lattn.multihead.GroupedQueryAttention (also d2lattn."
+                      "GroupedQueryAttention); the old path goes in the next release",
+                      DeprecationWarning, stacklevel=2)
+        return GroupedQueryAttention
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

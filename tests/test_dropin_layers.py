@@ -315,11 +315,27 @@ def test_mixed_dtype_cache_updates_are_rejected():
 # --- One validation module ------------------------------------------------------------------
 
 def test_one_definition_of_each_check():
+    """Every check lives in d2lattn._checks: no other module defines a function named
+    check_* or _check_*, and the names the modules import are _checks' own objects."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import d2lattn
+
+    modules = [importlib.import_module(f"d2lattn.{info.name}")
+               for info in pkgutil.iter_modules(d2lattn.__path__)]
+    assert len(modules) >= 14 and checks in modules
+    found = []
+    for module in modules:
+        for name, obj in vars(module).items():
+            if inspect.isfunction(obj) and name.lstrip("_").startswith("check"):
+                found.append(name)
+                assert obj.__module__ == "d2lattn._checks", f"{module.__name__}.{name}"
+                assert obj is getattr(checks, obj.__name__), f"{module.__name__}.{name}"
+    assert len(found) > 40  # the test looked at the modules' imports, not at nothing
     assert masking.ValidLens is flash.ValidLens is transformer.ValidLens is checks.ValidLens
     assert multihead.ValidLens is checks.ValidLens
-    assert scoring.check_positive_ints is flash.check_positive_ints is checks.check_positive_ints
-    assert scoring._check_dropout is transformer.check_dropout is checks.check_dropout
-    assert not hasattr(flash, "_check_lens") and not hasattr(flash, "_check_options")
 
 
 def test_same_message_for_the_same_mistake_everywhere():

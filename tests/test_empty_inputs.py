@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from d2lattn.flash import GroupedQueryAttention, flash_attention
-from d2lattn.multihead import MultiHeadAttention
+from d2lattn.flash import flash_attention
+from d2lattn.multihead import GroupedQueryAttention, MultiHeadAttention
 from d2lattn.transformer import TransformerDecoderBlock, TransformerEncoderBlock, _copy_mha
 
 DTYPES = [torch.float32, torch.float64]
