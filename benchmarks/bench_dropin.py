@@ -63,6 +63,8 @@ def precision(T: int) -> None:
 
 
 def saved_bytes(fn) -> int:
+    """Bytes autograd saves for the backward pass while ``fn`` runs (distinct storages); the
+    tests (tests/test_dropin_flash.py) use this function too."""
     seen = {}
 
     def pack(t):

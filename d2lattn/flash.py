@@ -38,6 +38,7 @@ from ._checks import (
     Window,
     as_valid_lens,
     check_bool,
+    check_broadcast,
     check_dropout,
     check_positive_ints,
     check_scale,
@@ -436,14 +437,8 @@ def _shape_mask(mask: Tensor, q_lead: Tuple[int, ...], kv_lead: Tuple[int, ...],
     """A mask broadcastable to ``(*q_lead, Q, K)`` as a view broadcastable to
     ``(*kv_lead, r, Q, K)`` (the query heads split into key/value heads and their ``r``
     query heads), without copying it."""
-    full = (*q_lead, Q, K)
-    try:
-        ok = torch.broadcast_shapes(mask.shape, full) == full
-    except RuntimeError:
-        ok = False
-    if not ok:
-        raise ValueError(f"{name} of shape {tuple(mask.shape)} does not broadcast to "
-                         f"(B, ..., Q, K) = {full}")
+    full = torch.Size((*q_lead, Q, K))
+    check_broadcast(mask, full, name, "(B, ..., Q, K) =")
     mask = mask.view((1,) * (len(full) - mask.dim()) + tuple(mask.shape))
     if not enable_gqa:
         return mask.unsqueeze(-3)  # (*lead, 1, Q|1, K|1)
@@ -452,20 +447,12 @@ def _shape_mask(mask: Tensor, q_lead: Tuple[int, ...], kv_lead: Tuple[int, ...],
     return mask.view(*mask.shape[:-3], *split, *mask.shape[-2:])  # (*kv_lead, r, Q|1, K|1)
 
 
-def flash_attention(
-    queries: Tensor,
-    keys: Tensor,
-    values: Tensor,
-    *,
-    valid_lens: Optional[ValidLens] = None,
-    attn_mask: Optional[Tensor] = None,
-    is_causal: bool = False,
-    window: Optional[Window] = None,
-    scale: Optional[float] = None,
-    dropout_p: float = 0.0,
-    enable_gqa: bool = False,
-    block_size: int = DEFAULT_BLOCK_SIZE,
-) -> Tensor:
+def flash_attention(queries: Tensor, keys: Tensor, values: Tensor,
+                    valid_lens: Optional[ValidLens] = None, *,
+                    attn_mask: Optional[Tensor] = None, is_causal: bool = False,
+                    window: Optional[Window] = None, scale: Optional[float] = None,
+                    dropout_p: float = 0.0, enable_gqa: bool = False,
+                    block_size: int = DEFAULT_BLOCK_SIZE) -> Tensor:
     r"""Exact scaled dot-product attention, computed tile by tile with the online softmax.
 
     .. math:: \mathrm{softmax}\!\left(s\, Q K^\top + M\right) V, \qquad s = 1/\sqrt d,
@@ -487,8 +474,9 @@ def flash_attention(
         keys: ``(B, ..., K, d)`` float, the same leading axes and dtype as ``queries`` (with
             ``enable_gqa``, ``g`` heads on axis -3 where the queries have ``h``).
         values: ``(B, ..., K, v)`` float, the rows of ``keys``, the same dtype.
-        valid_lens: keyword-only; ``None``, ``(B,)`` or ``(B, Q)`` integers in ``[0, K]``: each
-            query sees only the first ``valid_lens`` keys (middle axes broadcast).
+        valid_lens: ``None``, ``(B,)`` or ``(B, Q)`` integers in ``[0, K]``: each query sees
+            only the first ``valid_lens`` keys (middle axes broadcast). The fourth argument,
+            positional or by name, as in every d2lattn attention layer.
         attn_mask: keyword-only; ``None``, a bool mask (True = may attend) or a float mask
             added to the scaled scores (SDPA's ``attn_mask``, e.g. an ALiBi bias), broadcastable
             to ``(B, ..., Q, K)``. Every tile is then computed (no skipping from it); a float

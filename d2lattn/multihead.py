@@ -201,18 +201,10 @@ class MultiHeadAttention(nn.Module):
         itemsize = torch.empty((), dtype=dtype).element_size()
         return 2 * batch_size * seq_len * self.num_kv_heads * self.head_size * itemsize
 
-    def forward(
-        self,
-        queries: Tensor,
-        keys: Tensor,
-        values: Tensor,
-        valid_lens: Optional[ValidLens] = None,
-        *,
-        attn_mask: Optional[Tensor] = None,
-        is_causal: bool = False,
-        kv_cache: Optional[KVCacheLike] = None,
-        scale: Optional[float] = None,
-    ) -> Tensor:
+    def forward(self, queries: Tensor, keys: Tensor, values: Tensor,
+                valid_lens: Optional[ValidLens] = None, *, attn_mask: Optional[Tensor] = None,
+                is_causal: bool = False, kv_cache: Optional[KVCacheLike] = None,
+                scale: Optional[float] = None) -> Tensor:
         attn_mask = self._check(queries, keys, values, attn_mask, is_causal, kv_cache)
         # 1. project, then split the hidden axis into heads (h for queries, g for keys)
         q, k, v = self._project(queries, keys, values)

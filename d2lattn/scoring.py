@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Callable, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
@@ -329,18 +329,11 @@ class Attention(nn.Module):
         scores = self.score_fn(queries, keys)
         return scores if scale is None else scores * scale
 
-    def forward(
-        self,
-        queries: Tensor,
-        keys: Tensor,
-        values: Tensor,
-        valid_lens: Optional[ValidLens] = None,
-        *,
-        attn_mask: Optional[Tensor] = None,
-        is_causal: bool = False,
-        scale: Optional[float] = None,
-    ) -> Tensor:
-        self._check(queries, keys, values, scale)
+    def forward(self, queries: Tensor, keys: Tensor, values: Tensor,
+                valid_lens: Optional[ValidLens] = None, *, attn_mask: Optional[Tensor] = None,
+                is_causal: bool = False, scale: Optional[float] = None) -> Tensor:
+        check_qkv(queries, keys, values, **self._input_sizes())
+        check_scale(scale)
         self.attention_weights = None  # let the last call's (B, ..., Q, K) weights go first
         # 1. score
         scores = self.score(queries, keys, scale)  # (B, ..., Q, K)
@@ -355,11 +348,9 @@ class Attention(nn.Module):
         # 3. pool
         return self.dropout(weights) @ values  # (B, ..., Q, v)
 
-    def _check(self, queries: Tensor, keys: Tensor, values: Tensor,
-               scale: Optional[float]) -> None:
-        """The shapes this layer's :meth:`score` needs (a subclass states its sizes)."""
-        check_qkv(queries, keys, values, same_size=False)
-        check_scale(scale)
+    def _input_sizes(self) -> Dict[str, object]:
+        """What :meth:`score` needs of the inputs' sizes (``check_qkv``'s options)."""
+        return {"same_size": False}
 
     def extra_repr(self) -> str:
         if not hasattr(self, "score_fn") or isinstance(self.score_fn, nn.Module):
@@ -421,10 +412,8 @@ class DotProductAttention(Attention):
             scale = 1.0 / math.sqrt(queries.shape[-1])
         return (queries * scale) @ keys.transpose(-2, -1)  # (B, ..., Q, K)
 
-    def _check(self, queries: Tensor, keys: Tensor, values: Tensor,
-               scale: Optional[float]) -> None:
-        check_qkv(queries, keys, values, same_size=True)
-        check_scale(scale)
+    def _input_sizes(self) -> Dict[str, object]:
+        return {"same_size": True}
 
 
 class AdditiveAttention(Attention):
@@ -479,11 +468,9 @@ class AdditiveAttention(Attention):
         scores = self.w_v(torch.tanh(q + k)).squeeze(-1)  # (B, ..., Q, K)
         return scores if scale is None else scores * scale
 
-    def _check(self, queries: Tensor, keys: Tensor, values: Tensor,
-               scale: Optional[float]) -> None:
-        check_qkv(queries, keys, values, same_size=False,
-                  query_size=self.W_q.in_features, key_size=self.W_k.in_features)
-        check_scale(scale)
+    def _input_sizes(self) -> Dict[str, object]:
+        return {"same_size": False, "query_size": self.W_q.in_features,
+                "key_size": self.W_k.in_features}
 
 
 class BilinearAttention(Attention):
@@ -539,11 +526,9 @@ class BilinearAttention(Attention):
         scores = queries @ keys_in_query_space.transpose(-2, -1)  # (B, ..., Q, K)
         return scores if scale is None else scores * scale
 
-    def _check(self, queries: Tensor, keys: Tensor, values: Tensor,
-               scale: Optional[float]) -> None:
-        check_qkv(queries, keys, values, same_size=False,
-                  query_size=self.W_b.out_features, key_size=self.W_b.in_features)
-        check_scale(scale)
+    def _input_sizes(self) -> Dict[str, object]:
+        return {"same_size": False, "query_size": self.W_b.out_features,
+                "key_size": self.W_b.in_features}
 
 
 def _describe(fn: Callable[..., Tensor]) -> str:

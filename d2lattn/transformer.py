@@ -251,7 +251,7 @@ class TransformerEncoderBlock(nn.Module):
                  activation: Activation = "relu", bias: bool = True) -> None:
         super().__init__()
         check_block_args(num_hiddens, num_heads, ffn_num_hiddens, dropout, norm_first,
-                          layer_norm_eps, bias)
+                         layer_norm_eps, bias)
         self.num_hiddens = num_hiddens
         self.norm_first = norm_first
         self.self_attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=bias,
@@ -307,23 +307,27 @@ class TransformerEncoderBlock(nn.Module):
 
         Source: the parameter layout of ``torch.nn.TransformerEncoderLayer``.
         """
-        bias = check_torch_layer(layer, nn.TransformerEncoderLayer)
-        ref = layer.self_attn
-        block = cls(ref.embed_dim, ref.num_heads, layer.linear1.out_features, layer.dropout.p,
-                    norm_first=layer.norm_first, layer_norm_eps=layer.norm1.eps,
-                    activation=_torch_activation(layer), bias=bias)
-        block.to(device=ref.in_proj_weight.device, dtype=ref.in_proj_weight.dtype)
-        with torch.no_grad():
-            _copy_mha(block.self_attention, ref)
-            _copy_ffn_and_norms(block, layer, 2)
-        return block.train(layer.training)
+        return _from_torch(cls, layer, nn.TransformerEncoderLayer)
 
 
-def _copy_ffn_and_norms(block: nn.Module, layer: nn.Module, num_norms: int) -> None:
-    block.ffn.dense1.load_state_dict(layer.linear1.state_dict())
-    block.ffn.dense2.load_state_dict(layer.linear2.state_dict())
-    for i in range(1, num_norms + 1):
-        getattr(block, f"norm{i}").load_state_dict(getattr(layer, f"norm{i}").state_dict())
+def _from_torch(cls: type, layer: nn.Module, torch_cls: type) -> nn.Module:
+    """Both blocks' ``from_torch``: the sizes and options of ``layer``, then its weights."""
+    bias = check_torch_layer(layer, torch_cls)
+    ref = layer.self_attn
+    block = cls(ref.embed_dim, ref.num_heads, layer.linear1.out_features, layer.dropout.p,
+                norm_first=layer.norm_first, layer_norm_eps=layer.norm1.eps,
+                activation=_torch_activation(layer), bias=bias)
+    block.to(device=ref.in_proj_weight.device, dtype=ref.in_proj_weight.dtype)
+    with torch.no_grad():
+        _copy_mha(block.self_attention, ref)
+        if hasattr(layer, "multihead_attn"):  # a decoder layer's cross-attention
+            _copy_mha(block.cross_attention, layer.multihead_attn)
+        block.ffn.dense1.load_state_dict(layer.linear1.state_dict())
+        block.ffn.dense2.load_state_dict(layer.linear2.state_dict())
+        for name, norm in layer.named_children():
+            if name.startswith("norm"):
+                getattr(block, name).load_state_dict(norm.state_dict())
+    return block.train(layer.training)
 
 
 class TransformerDecoderBlock(nn.Module):
@@ -391,7 +395,7 @@ class TransformerDecoderBlock(nn.Module):
                  activation: Activation = "relu", bias: bool = True) -> None:
         super().__init__()
         check_block_args(num_hiddens, num_heads, ffn_num_hiddens, dropout, norm_first,
-                          layer_norm_eps, bias)
+                         layer_norm_eps, bias)
         self.num_hiddens = num_hiddens
         self.norm_first = norm_first
         self.self_attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=bias,
@@ -460,14 +464,4 @@ class TransformerDecoderBlock(nn.Module):
 
         Source: the parameter layout of ``torch.nn.TransformerDecoderLayer``.
         """
-        bias = check_torch_layer(layer, nn.TransformerDecoderLayer)
-        ref = layer.self_attn
-        block = cls(ref.embed_dim, ref.num_heads, layer.linear1.out_features, layer.dropout.p,
-                    norm_first=layer.norm_first, layer_norm_eps=layer.norm1.eps,
-                    activation=_torch_activation(layer), bias=bias)
-        block.to(device=ref.in_proj_weight.device, dtype=ref.in_proj_weight.dtype)
-        with torch.no_grad():
-            _copy_mha(block.self_attention, ref)
-            _copy_mha(block.cross_attention, layer.multihead_attn)
-            _copy_ffn_and_norms(block, layer, 3)
-        return block.train(layer.training)
+        return _from_torch(cls, layer, nn.TransformerDecoderLayer)

@@ -24,6 +24,8 @@ from d2lattn.masking import causal_mask, valid_lens_to_mask
 from d2lattn.positional import alibi_bias
 from d2lattn.transformer import KVCache
 
+from benchmarks.bench_dropin import saved_bytes  # one home: the benchmark measures it too
+
 F64 = dict(rtol=1e-10, atol=1e-12)
 
 
@@ -166,19 +168,6 @@ def test_enable_gqa_matches_sdpa(g, is_causal):
     torch.testing.assert_close(out, ref, **F64)
     for a, b in zip(grads(out, (q, k, v)), grads(ref, (q, k, v))):
         torch.testing.assert_close(a, b, **F64)
-
-
-def saved_bytes(fn):
-    """Bytes autograd saves for the backward pass while ``fn`` runs (distinct storages)."""
-    seen = {}
-
-    def pack(t):
-        seen[(t.untyped_storage().data_ptr(), t.dtype)] = t.untyped_storage().nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        fn()
-    return sum(seen.values())
 
 
 def test_grouped_query_attention_saves_no_copies_of_keys_and_values():
