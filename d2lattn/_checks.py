@@ -519,3 +519,14 @@ def check_block_args(num_hiddens: int, num_heads: int, ffn_num_hiddens: int, dro
     check_dropout(dropout)
     check_bool(norm_first=norm_first, bias=bias)
     check_layer_norm_eps(layer_norm_eps)
+
+
+def check_positions_input(X: object, num_hiddens: int, max_len: int, why: str = "") -> None:
+    """The input of a position table: float ``(..., T, num_hiddens)`` with ``T <= max_len``."""
+    if not isinstance(X, Tensor) or not X.is_floating_point() or X.dim() < 2:
+        raise ValueError("X must be a floating-point tensor of shape (B, T, num_hiddens)")
+    T, d = X.shape[-2], X.shape[-1]
+    if d != num_hiddens:
+        raise ValueError(f"X must have last axis num_hiddens = {num_hiddens}, got {d}")
+    if T > max_len:
+        raise ValueError(f"sequence length {T} exceeds max_len = {max_len}{why}")
