@@ -530,3 +530,14 @@ def check_positions_input(X: object, num_hiddens: int, max_len: int, why: str = 
         raise ValueError(f"X must have last axis num_hiddens = {num_hiddens}, got {d}")
     if T > max_len:
         raise ValueError(f"sequence length {T} exceeds max_len = {max_len}{why}")
+
+
+def check_decoder_args(vocab_size: object, embed_size: object, num_hiddens: object,
+                       attention: object, context_size: Optional[object]) -> None:
+    """An attention decoder's sizes, and an attention layer that is an ``nn.Module``."""
+    check_positive_ints(vocab_size=vocab_size, embed_size=embed_size, num_hiddens=num_hiddens)
+    if context_size is not None:
+        check_positive_ints(context_size=context_size)
+    if not isinstance(attention, nn.Module):
+        raise ValueError(f"attention must be an nn.Module (an attention layer), got "
+                         f"{type(attention).__name__}")

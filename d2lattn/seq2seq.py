@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._checks import (
+    check_decoder_args,
     check_lengths,
     check_positive_ints,
     check_tokens,
@@ -226,13 +227,7 @@ class AttentionDecoder(nn.Module):
     def __init__(self, vocab_size: int, embed_size: int, num_hiddens: int, attention: nn.Module,
                  *, context_size: Optional[int] = None) -> None:
         super().__init__()
-        check_positive_ints(vocab_size=vocab_size, embed_size=embed_size,
-                            num_hiddens=num_hiddens)
-        if context_size is not None:
-            check_positive_ints(context_size=context_size)
-        if not isinstance(attention, nn.Module):
-            raise ValueError(f"attention must be an nn.Module (an attention layer), got "
-                             f"{type(attention).__name__}")
+        check_decoder_args(vocab_size, embed_size, num_hiddens, attention, context_size)
         self.vocab_size = vocab_size
         self.embedding = nn.Embedding(vocab_size, embed_size)
         self.rnn = nn.GRU(embed_size, num_hiddens, batch_first=True)
@@ -311,13 +306,7 @@ class BahdanauDecoder(nn.Module):
     def __init__(self, vocab_size: int, embed_size: int, num_hiddens: int, attention: nn.Module,
                  *, context_size: Optional[int] = None) -> None:
         super().__init__()
-        check_positive_ints(vocab_size=vocab_size, embed_size=embed_size,
-                            num_hiddens=num_hiddens)
-        if context_size is not None:
-            check_positive_ints(context_size=context_size)
-        if not isinstance(attention, nn.Module):
-            raise ValueError(f"attention must be an nn.Module (an attention layer), got "
-                             f"{type(attention).__name__}")
+        check_decoder_args(vocab_size, embed_size, num_hiddens, attention, context_size)
         C = context_size or num_hiddens
         self.vocab_size = vocab_size
         self.embedding = nn.Embedding(vocab_size, embed_size)
