@@ -406,9 +406,9 @@ def check_tokens(tokens: object, name: str = "tokens",
     ``[0, vocab_size)`` (what an ``nn.Embedding`` of that size takes)."""
     if vocab_size is not None:
         if not isinstance(tokens, Tensor) or tokens.dtype != torch.long or tokens.dim() != 2:
-            raise ValueError(f"{name} must be a LongTensor of shape (B, T), got "
-                             f"{tokens.dtype if isinstance(tokens, Tensor) else type(tokens).__name__}"
-                             f" of shape {tuple(tokens.shape) if isinstance(tokens, Tensor) else '?'}")
+            got = (f"{tokens.dtype} of shape {tuple(tokens.shape)}"
+                   if isinstance(tokens, Tensor) else f"{type(tokens).__name__} of shape ?")
+            raise ValueError(f"{name} must be a LongTensor of shape (B, T), got {got}")
         if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size):
             raise ValueError(f"{name} entries must lie in [0, {vocab_size}) (the vocabulary "
                              f"size), got values in [{int(tokens.min())}, {int(tokens.max())}]")
@@ -422,6 +422,7 @@ def check_tokens(tokens: object, name: str = "tokens",
 
 
 def check_square_weights(attention_weights: object) -> Tensor:
+    """Self-attention weights: float ``(B, ..., T, T)``; returned unchanged."""
     if (not isinstance(attention_weights, Tensor) or not attention_weights.is_floating_point()
             or attention_weights.dim() < 3
             or attention_weights.shape[-1] != attention_weights.shape[-2]):
@@ -433,6 +434,7 @@ def check_square_weights(attention_weights: object) -> Tensor:
 
 
 def check_lengths(name: str, valid_lens: Tensor, B: int, T: int) -> None:
+    """Sequence lengths ``(B,)`` of integers in ``[1, T]`` (no empty sequence)."""
     if not isinstance(valid_lens, Tensor) or valid_lens.dim() != 1 or valid_lens.shape[0] != B \
             or valid_lens.dtype in (torch.bool,) or valid_lens.is_floating_point():
         raise ValueError(f"{name} must be an integer tensor of shape (B,) = ({B},), got "
@@ -443,7 +445,9 @@ def check_lengths(name: str, valid_lens: Tensor, B: int, T: int) -> None:
 
 
 def check_images(images: Tensor, patch_size: int, in_channels: Optional[int] = None,
-                  name: str = "images") -> None:
+                 name: str = "images") -> None:
+    """Images ``(B, C, H, W)`` float, ``C = in_channels`` if given, ``H`` and ``W`` multiples
+    of ``patch_size``."""
     if not isinstance(images, Tensor) or not images.is_floating_point() or images.dim() != 4:
         got = tuple(images.shape) if isinstance(images, Tensor) else type(images).__name__
         raise ValueError(f"{name} must be a float tensor of shape (B, C, H, W), got {got}")
@@ -502,7 +506,8 @@ def check_torch_layer(layer: nn.Module, cls: type) -> bool:
 
 
 def check_hidden_states(X: Tensor, num_hiddens: int, name: str = "X",
-             dtype: Optional[torch.dtype] = None) -> None:
+                        dtype: Optional[torch.dtype] = None) -> None:
+    """A block's input: float ``(B, T, num_hiddens)``, of the parameters' ``dtype`` if given."""
     if not isinstance(X, Tensor) or not X.is_floating_point() or X.dim() != 3 \
             or X.shape[-1] != num_hiddens:
         got = tuple(X.shape) if isinstance(X, Tensor) else type(X).__name__
@@ -513,7 +518,8 @@ def check_hidden_states(X: Tensor, num_hiddens: int, name: str = "X",
 
 
 def check_block_args(num_hiddens: int, num_heads: int, ffn_num_hiddens: int, dropout: float,
-                      norm_first: bool, layer_norm_eps: float, bias: bool) -> None:
+                     norm_first: bool, layer_norm_eps: float, bias: bool) -> None:
+    """A Transformer block's constructor arguments."""
     check_positive_ints(num_hiddens=num_hiddens, num_heads=num_heads,
                         ffn_num_hiddens=ffn_num_hiddens)
     check_dropout(dropout)

@@ -284,12 +284,12 @@ class GroupedQueryAttention(MultiHeadAttention):
     ``F.scaled_dot_product_attention(..., enable_gqa=True)``). ``num_kv_heads == num_heads`` is
     ordinary multi-head attention; ``num_kv_heads == 1`` is multi-query attention. It is
     :class:`MultiHeadAttention` with ``num_kv_heads`` (the same projections, checks, cache and
-    ``forward``) whose attention step is the tiled kernel instead of the materialised weights. The keys and values a
-    decoder caches shrink by the factor ``r`` (see :meth:`kv_cache_bytes` and the ``kv_cache``
-    option), and so do the keys and values saved for the backward pass: the attention is
-    :func:`~d2lattn.flash.flash_attention` with ``enable_gqa=True``, whose ``r`` query heads read their shared
-    key/value head in one matrix product, never a copy of it per query head (no dropout, no
-    stored weights).
+    ``forward``) whose attention step is the tiled kernel instead of the materialised weights.
+    The keys and values a decoder caches shrink by the factor ``r`` (see :meth:`kv_cache_bytes`
+    and the ``kv_cache`` option), and so do the keys and values saved for the backward pass:
+    the attention is :func:`~d2lattn.flash.flash_attention` with ``enable_gqa=True``, whose
+    ``r`` query heads read their shared key/value head in one matrix product, never a copy of
+    it per query head (no dropout, no stored weights).
 
     Args:
         num_hiddens: total size of the query heads, ``num_heads * d_h``.
@@ -309,10 +309,10 @@ class GroupedQueryAttention(MultiHeadAttention):
         of the parameters' dtype; ``valid_lens`` ``None``, ``(B,)`` or ``(B, Q)``.
         Keyword-only: ``attn_mask`` (bool or float, over the ``h`` query heads, as in
         :class:`MultiHeadAttention`: ``(Q, K)``, ``(B, Q, K)``, ``(B, 1|h, Q, K)``),
-        ``is_causal``, ``scale`` and ``kv_cache``
-        (a :class:`~d2lattn.KVCache`: the new keys and values ``(B, g, K_new, d_h)`` are
-        appended to it and attention runs over all it holds; a chunk of several queries needs
-        ``is_causal=True`` or an ``attn_mask``). Returns ``(B, Q, num_hiddens)``.
+        ``is_causal``, ``scale`` and ``kv_cache`` (a :class:`~d2lattn.KVCache`: the new keys
+        and values ``(B, g, K_new, d_h)`` are appended to it and attention runs over all it
+        holds; a chunk of several queries needs ``is_causal=True`` or an ``attn_mask``).
+        Returns ``(B, Q, num_hiddens)``.
 
     Raises:
         ValueError: at construction if a size is not a positive integer or does not divide as
