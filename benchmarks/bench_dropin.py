@@ -27,7 +27,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-from d2lattn.flash import GroupedQueryAttention, _Tiling, flash_attention
+from d2lattn.flash import _Tiling, flash_attention
+from d2lattn.multihead import GroupedQueryAttention
 from d2lattn.transformer import KVCache
 
 MiB = 2 ** 20
@@ -62,6 +63,8 @@ def precision(T: int) -> None:
 
 
 def saved_bytes(fn) -> int:
+    """Bytes autograd saves for the backward pass while ``fn`` runs (distinct storages); the
+    tests (tests/test_dropin_flash.py) use this function too."""
     seen = {}
 
     def pack(t):

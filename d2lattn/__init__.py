@@ -7,7 +7,8 @@ One module per idea, following the three steps of attention (score, normalize, p
 - :mod:`d2lattn.scoring` — scoring functions (``dot_product_scores``, ``cosine_scores``,
   ``gaussian_scores``) and the layers built on them: ``DotProductAttention``,
   ``AdditiveAttention``, ``BilinearAttention``, and ``Attention`` for any score function;
-- :mod:`d2lattn.multihead` — ``MultiHeadAttention``;
+- :mod:`d2lattn.multihead` — ``MultiHeadAttention`` and ``GroupedQueryAttention`` (one core),
+  ``split_heads``, ``merge_heads``;
 - :mod:`d2lattn.positional` — ``sinusoidal_positional_encoding``, ``PositionalEncoding``,
   ``sinusoidal_shift_matrix``, ``LearnedPositionalEmbedding``, ``rotary_embedding``,
   ``alibi_slopes``, ``alibi_bias``;
@@ -23,76 +24,63 @@ One module per idea, following the three steps of attention (score, normalize, p
 - :mod:`d2lattn.diagnostics` — checks that find the classic attention bugs in any model
   (``check_causal``, ``check_padding``, ``check_permutation_equivariance``, ...).
 
-Importing the package has no side effects (matplotlib is loaded only when a plot is drawn).
+The public names are each module's ``__all__``, re-exported here: ``d2lattn.X`` is the ``X``
+of the module that defines it. Importing the package has no side effects (matplotlib is loaded
+only when a plot is drawn).
 """
 
-from .kernel_regression import KERNELS, NadarayaWatsonRegression, nadaraya_watson
-from .masking import causal_mask, masked_softmax, valid_lens_to_mask
-from .multihead import MultiHeadAttention
-from .plotting import show_fits, show_heatmaps
-from .positional import (
-    LearnedPositionalEmbedding,
-    PositionalEncoding,
-    alibi_bias,
-    alibi_slopes,
-    rotary_embedding,
-    sinusoidal_positional_encoding,
-    sinusoidal_shift_matrix,
+from . import (
+    circuits,
+    data,
+    diagnostics,
+    flash,
+    interactive,
+    kernel_regression,
+    masking,
+    multihead,
+    plotting,
+    positional,
+    scoring,
+    seq2seq,
+    transformer,
+    vision,
 )
-from .scoring import (
-    AdditiveAttention,
-    Attention,
-    BilinearAttention,
-    DotProductAttention,
-    ScoreFn,
-    check_positive_ints,
-    check_qkv,
-    cosine_scores,
-    dot_product_scores,
-    gaussian_scores,
-)
-from . import circuits, data, flash, interactive, seq2seq, transformer, vision
-from .circuits import *  # noqa: F401,F403  (names listed in circuits.__all__)
-from .data import *  # noqa: F401,F403  (names listed in data.__all__)
-from .flash import *  # noqa: F401,F403  (names listed in flash.__all__)
-from .interactive import *  # noqa: F401,F403  (names listed in interactive.__all__)
-from .seq2seq import *  # noqa: F401,F403  (names listed in seq2seq.__all__)
-from .transformer import *  # noqa: F401,F403  (names listed in transformer.__all__)
-from .vision import *  # noqa: F401,F403  (names listed in vision.__all__)
-from . import diagnostics
-from .diagnostics import *  # noqa: F401,F403  (names listed in diagnostics.__all__)
+from .circuits import *  # noqa: F401,F403
+from .data import *  # noqa: F401,F403
+from .diagnostics import *  # noqa: F401,F403
+from .flash import *  # noqa: F401,F403
+from .interactive import *  # noqa: F401,F403
+from .kernel_regression import *  # noqa: F401,F403
+from .masking import *  # noqa: F401,F403
+from .multihead import *  # noqa: F401,F403
+from .plotting import *  # noqa: F401,F403
+from .positional import *  # noqa: F401,F403
+from .scoring import *  # noqa: F401,F403
+from .seq2seq import *  # noqa: F401,F403
+from .transformer import *  # noqa: F401,F403
+from .vision import *  # noqa: F401,F403
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "AdditiveAttention",
-    "Attention",
-    "BilinearAttention",
-    "DotProductAttention",
-    "KERNELS",
-    "LearnedPositionalEmbedding",
-    "MultiHeadAttention",
-    "NadarayaWatsonRegression",
-    "PositionalEncoding",
-    "ScoreFn",
-    "alibi_bias",
-    "alibi_slopes",
-    "causal_mask",
-    "check_positive_ints",
-    "check_qkv",
-    "cosine_scores",
-    "dot_product_scores",
-    "gaussian_scores",
-    "masked_softmax",
-    "nadaraya_watson",
-    "rotary_embedding",
-    "show_fits",
-    "show_heatmaps",
-    "sinusoidal_positional_encoding",
-    "sinusoidal_shift_matrix",
-    "valid_lens_to_mask",
-]
-for _module in (circuits, data, flash, interactive, seq2seq, transformer, vision, diagnostics):
-    __all__ += _module.__all__
-del _module
-__all__.sort()
+_MODULES = (circuits, data, diagnostics, flash, interactive, kernel_regression, masking, multihead, plotting,
+            positional, scoring, seq2seq, transformer, vision)
+__all__ = sorted(name for module in _MODULES for name in module.__all__)
+
+#: Names that were public here and are no longer, with where they went (one release).
+_DEPRECATED = {
+    "check_qkv": "d2lattn._checks.check_qkv (an internal check; no chapter uses it)",
+    "check_positive_ints": "d2lattn._checks.check_positive_ints (an internal check)",
+}
+
+
+def __getattr__(name: str) -> object:
+    """The deprecated names still work for one release, with a ``DeprecationWarning``."""
+    if name in _DEPRECATED:
+        import warnings
+
+        from . import _checks
+
+        warnings.warn(f"d2lattn.{name} is no longer public: use {_DEPRECATED[name]}",
+                      DeprecationWarning, stacklevel=2)
+        return getattr(_checks, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,10 +1,10 @@
-"""The input checks of d2lattn's attention modules, and their messages, in one place.
+"""The input checks of d2lattn, and their messages, in one place.
 
-Private: the modules import these functions; the public names built on them
-(``check_positive_ints``, ``check_qkv``) are re-exported where they always lived. Every check
-raises ``ValueError`` naming the argument and the expected shape, dtype or range, so that bad
-input never becomes a silent NaN or a raw ``RuntimeError`` from deep inside a matrix product.
-This module imports nothing from d2lattn (every other module may import it).
+Private: every module imports its checks from here, and no module defines a check of its own
+(``tests/test_dropin_layers.py`` checks that). Every check raises ``ValueError`` naming the
+argument and the expected shape, dtype or range, so that bad input never becomes a silent NaN
+or a raw ``RuntimeError`` from deep inside a matrix product. This module imports nothing from
+d2lattn (every other module may import it).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import math
 from typing import Optional, Sequence, Tuple, Union
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 #: Valid lengths: ``(B,)`` (one per sequence) or ``(B, Q)`` (one per query) integers.
 ValidLens = Union[Tensor, Sequence[int]]
@@ -117,6 +117,25 @@ def check_window(window: object) -> Optional[Tuple[Optional[int], Optional[int]]
                      f"integers >= 0 (None or -1: unbounded), got {window!r}")
 
 
+def check_heads(num_hiddens: object, num_heads: object, num_kv_heads: object, *,
+                rotary: object = False, **sizes: object) -> None:
+    """Multi-head sizes: ``num_heads`` divides ``num_hiddens``, ``num_kv_heads`` divides
+    ``num_heads``, the optional input ``sizes`` (``query_size=None`` skipped) are positive, and
+    ``rotary`` needs an even head size."""
+    check_positive_ints(num_hiddens=num_hiddens, num_heads=num_heads, num_kv_heads=num_kv_heads)
+    if num_hiddens % num_heads != 0:  # type: ignore[operator]
+        raise ValueError(f"num_hiddens ({num_hiddens}) must be divisible by num_heads "
+                         f"({num_heads})")
+    if num_heads % num_kv_heads != 0:  # type: ignore[operator]
+        raise ValueError(f"num_heads ({num_heads}) must be divisible by num_kv_heads "
+                         f"({num_kv_heads})")
+    check_positive_ints(**{name: size for name, size in sizes.items() if size is not None})
+    check_bool(rotary=rotary)
+    if rotary and (num_hiddens // num_heads) % 2 != 0:  # type: ignore[operator]
+        raise ValueError("rotary=True needs an even head size num_hiddens // num_heads, "
+                         f"got {num_hiddens // num_heads}")  # type: ignore[operator]
+
+
 # --- queries, keys and values -----------------------------------------------------------------
 
 def _check_queries_keys(queries: Tensor, keys: Tensor, *, same_size: bool) -> None:
@@ -218,6 +237,46 @@ def check_sdpa_inputs(queries: Tensor, keys: Tensor, values: Tensor, *,
     return r
 
 
+def check_scores(X: object, *, with_valid_lens: bool = False) -> None:
+    """Scores for a softmax: a float tensor with a key axis (and ``(B, ..., Q, K)`` when
+    ``valid_lens`` will index it)."""
+    if not isinstance(X, Tensor) or not X.is_floating_point():
+        raise ValueError(f"X must be a floating-point tensor of scores, got {type(X).__name__}"
+                         + (f" of dtype {X.dtype}" if isinstance(X, Tensor) else ""))
+    if X.dim() < 1:
+        raise ValueError("X must have at least one axis (the keys)")
+    if with_valid_lens and X.dim() < 3:
+        raise ValueError(
+            f"with valid_lens, X must have shape (B, ..., Q, K), got shape {tuple(X.shape)}")
+
+
+def check_scores_shape(scores: object, queries: Tensor, keys: Tensor) -> None:
+    """Scores of shape ``(B, ..., Q, K)``, as a score function must return."""
+    expected = (*queries.shape[:-1], keys.shape[-2])  # (B, ..., Q, K)
+    if not isinstance(scores, Tensor) or tuple(scores.shape) != expected:
+        got = tuple(scores.shape) if isinstance(scores, Tensor) else type(scores).__name__
+        raise ValueError(f"score_fn must return scores of shape (B, ..., Q, K) = {expected}, "
+                         f"got {got}")
+
+
+def check_broadcast(t: Tensor, shape: torch.Size, name: str, target: str) -> None:
+    """``t`` broadcasts to ``shape`` without enlarging it (``target`` names the shape)."""
+    try:
+        ok = torch.broadcast_shapes(t.shape, shape) == shape
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise ValueError(f"{name} of shape {tuple(t.shape)} does not broadcast to {target} "
+                         f"{tuple(shape)}")
+
+
+def check_bool_mask(mask: object, shape: torch.Size, name: str, target: str) -> None:
+    """A bool mask (True = may attend) that broadcasts to ``shape``."""
+    if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
+        raise ValueError(f"{name} must be a bool tensor (True = may attend)")
+    check_broadcast(mask, shape, name, target)
+
+
 # --- valid lengths ----------------------------------------------------------------------------
 
 def as_valid_lens(valid_lens: ValidLens) -> Tensor:
@@ -243,6 +302,13 @@ def check_valid_lens_range(valid_lens: Tensor, num_keys: int) -> None:
                 f"valid_lens entries must lie in [0, {num_keys}] (the number of keys); "
                 f"got values in [{lo}, {hi}]"
             )
+
+
+def check_batch_size(lens: Tensor, B: int, name: str, shapes: str) -> None:
+    """``lens`` has one row per sequence: ``lens.shape[0] == B``."""
+    if lens.dim() == 0 or lens.shape[0] != B:
+        raise ValueError(f"{name} must have shape {shapes} with B = X.shape[0] = {B}, "
+                         f"got shape {tuple(lens.shape)}")
 
 
 def check_valid_lens(valid_lens: ValidLens, B: int, Q: int, K: int) -> Tensor:
@@ -330,3 +396,154 @@ def check_cache_update(cached: Optional[Tensor], new: Tensor, name: str) -> None
         raise ValueError(f"new {name} of dtype {new.dtype} on {new.device} do not match the "
                          f"cached {name} ({cached.dtype} on {cached.device}); convert them "
                          "first, a cache is not promoted silently")
+
+
+# --- the inputs of the other modules (tokens, images, regression data, Transformer blocks) -------
+
+def check_tokens(tokens: object, name: str = "tokens",
+                 vocab_size: Optional[int] = None) -> Tensor:
+    """Token ids ``(B, T)``: any integer dtype, or, with ``vocab_size``, int64 ids in
+    ``[0, vocab_size)`` (what an ``nn.Embedding`` of that size takes)."""
+    if vocab_size is not None:
+        if not isinstance(tokens, Tensor) or tokens.dtype != torch.long or tokens.dim() != 2:
+            got = (f"{tokens.dtype} of shape {tuple(tokens.shape)}"
+                   if isinstance(tokens, Tensor) else f"{type(tokens).__name__} of shape ?")
+            raise ValueError(f"{name} must be a LongTensor of shape (B, T), got {got}")
+        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size):
+            raise ValueError(f"{name} entries must lie in [0, {vocab_size}) (the vocabulary "
+                             f"size), got values in [{int(tokens.min())}, {int(tokens.max())}]")
+        return tokens
+    if not isinstance(tokens, Tensor) or tokens.dim() != 2 or tokens.dtype not in (
+            torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
+        raise ValueError(f"{name} must be an integer tensor of shape (B, T), got "
+                         + (f"dtype {tokens.dtype} and shape {tuple(tokens.shape)}"
+                            if isinstance(tokens, Tensor) else type(tokens).__name__))
+    return tokens
+
+
+def check_square_weights(attention_weights: object) -> Tensor:
+    """Self-attention weights: float ``(B, ..., T, T)``; returned unchanged."""
+    if (not isinstance(attention_weights, Tensor) or not attention_weights.is_floating_point()
+            or attention_weights.dim() < 3
+            or attention_weights.shape[-1] != attention_weights.shape[-2]):
+        raise ValueError("attention_weights must be a float tensor of shape (B, ..., T, T), got "
+                         + (f"shape {tuple(attention_weights.shape)}"
+                            if isinstance(attention_weights, Tensor)
+                            else type(attention_weights).__name__))
+    return attention_weights
+
+
+def check_lengths(name: str, valid_lens: Tensor, B: int, T: int) -> None:
+    """Sequence lengths ``(B,)`` of integers in ``[1, T]`` (no empty sequence)."""
+    if not isinstance(valid_lens, Tensor) or valid_lens.dim() != 1 or valid_lens.shape[0] != B \
+            or valid_lens.dtype in (torch.bool,) or valid_lens.is_floating_point():
+        raise ValueError(f"{name} must be an integer tensor of shape (B,) = ({B},), got "
+                         f"{valid_lens!r}")
+    if B and (int(valid_lens.min()) < 1 or int(valid_lens.max()) > T):
+        raise ValueError(f"{name} entries must lie in [1, {T}] (the padded length), got values "
+                         f"in [{int(valid_lens.min())}, {int(valid_lens.max())}]")
+
+
+def check_images(images: Tensor, patch_size: int, in_channels: Optional[int] = None,
+                 name: str = "images") -> None:
+    """Images ``(B, C, H, W)`` float, ``C = in_channels`` if given, ``H`` and ``W`` multiples
+    of ``patch_size``."""
+    if not isinstance(images, Tensor) or not images.is_floating_point() or images.dim() != 4:
+        got = tuple(images.shape) if isinstance(images, Tensor) else type(images).__name__
+        raise ValueError(f"{name} must be a float tensor of shape (B, C, H, W), got {got}")
+    _, C, H, W = images.shape
+    if in_channels is not None and C != in_channels:
+        raise ValueError(f"{name} must have C = in_channels = {in_channels} channels, got {C}")
+    if H % patch_size or W % patch_size:
+        raise ValueError(f"{name}: height and width ({H}, {W}) must be multiples of "
+                         f"patch_size = {patch_size}")
+
+
+def check_nw_inputs(x_query: Tensor, x_train: Tensor, y_train: Tensor) -> None:
+    """Check the three 1-D inputs of a Nadaraya–Watson call, raising ``ValueError``."""
+    for name, t in (("x_train", x_train), ("y_train", y_train), ("x_query", x_query)):
+        check_1d_float(name, t)
+    if not x_query.dtype == x_train.dtype == y_train.dtype:
+        raise ValueError(f"x_train, y_train and x_query must share one dtype, got "
+                         f"{x_train.dtype}, {y_train.dtype} and {x_query.dtype}")
+    if x_train.shape != y_train.shape:
+        raise ValueError(f"x_train and y_train must have the same length, got "
+                         f"{x_train.shape[0]} and {y_train.shape[0]}")
+    if x_train.shape[0] == 0:
+        raise ValueError("x_train must hold at least one training example")
+
+
+def check_1d_float(name: str, t: Tensor) -> None:
+    """Raise ``ValueError`` unless ``t`` is a 1-D floating-point tensor."""
+    if not isinstance(t, Tensor):
+        raise ValueError(f"{name} must be a 1-D floating-point tensor, got {type(t).__name__}")
+    if not t.is_floating_point() or t.dim() != 1:
+        raise ValueError(f"{name} must be a 1-D floating-point tensor, got shape "
+                         f"{tuple(t.shape)} and dtype {t.dtype}")
+
+
+def check_torch_layer(layer: nn.Module, cls: type) -> bool:
+    """Check a PyTorch layer that ``from_torch`` can copy; return whether it has biases."""
+    if not isinstance(layer, cls):
+        raise ValueError(f"layer must be a torch.nn.{cls.__name__}, got {type(layer).__name__}")
+    attns = [layer.self_attn] + ([layer.multihead_attn] if hasattr(layer, "multihead_attn")
+                                 else [])
+    if not all(attn.batch_first for attn in attns):
+        raise ValueError("layer must be built with batch_first=True")
+    if any(attn.in_proj_weight is None or attn.bias_k is not None for attn in attns):
+        raise ValueError("layer must have equal q/k/v sizes and no add_bias_kv")
+    norms = [m for name, m in layer.named_children() if name.startswith("norm")]
+    has_bias = [attn.in_proj_bias is not None for attn in attns]
+    has_bias += [attn.out_proj.bias is not None for attn in attns]
+    has_bias += [layer.linear1.bias is not None, layer.linear2.bias is not None]
+    has_bias += [norm.bias is not None for norm in norms]
+    if len(set(has_bias)) != 1:
+        raise ValueError("layer must have all its biases or none (built with bias=True or "
+                         "bias=False)")
+    if not callable(layer.activation):
+        raise ValueError(f"layer's activation must be callable, got {layer.activation!r}")
+    return has_bias[0]
+
+
+def check_hidden_states(X: Tensor, num_hiddens: int, name: str = "X",
+                        dtype: Optional[torch.dtype] = None) -> None:
+    """A block's input: float ``(B, T, num_hiddens)``, of the parameters' ``dtype`` if given."""
+    if not isinstance(X, Tensor) or not X.is_floating_point() or X.dim() != 3 \
+            or X.shape[-1] != num_hiddens:
+        got = tuple(X.shape) if isinstance(X, Tensor) else type(X).__name__
+        raise ValueError(f"{name} must be a float tensor of shape (B, T, num_hiddens = "
+                         f"{num_hiddens}), got {got}")
+    if dtype is not None:
+        check_input_dtype(name, X, dtype)
+
+
+def check_block_args(num_hiddens: int, num_heads: int, ffn_num_hiddens: int, dropout: float,
+                     norm_first: bool, layer_norm_eps: float, bias: bool) -> None:
+    """A Transformer block's constructor arguments."""
+    check_positive_ints(num_hiddens=num_hiddens, num_heads=num_heads,
+                        ffn_num_hiddens=ffn_num_hiddens)
+    check_dropout(dropout)
+    check_bool(norm_first=norm_first, bias=bias)
+    check_layer_norm_eps(layer_norm_eps)
+
+
+def check_positions_input(X: object, num_hiddens: int, max_len: int, why: str = "") -> None:
+    """The input of a position table: float ``(..., T, num_hiddens)`` with ``T <= max_len``."""
+    if not isinstance(X, Tensor) or not X.is_floating_point() or X.dim() < 2:
+        raise ValueError("X must be a floating-point tensor of shape (B, T, num_hiddens)")
+    T, d = X.shape[-2], X.shape[-1]
+    if d != num_hiddens:
+        raise ValueError(f"X must have last axis num_hiddens = {num_hiddens}, got {d}")
+    if T > max_len:
+        raise ValueError(f"sequence length {T} exceeds max_len = {max_len}{why}")
+
+
+def check_decoder_args(vocab_size: object, embed_size: object, num_hiddens: object,
+                       attention: object, context_size: Optional[object]) -> None:
+    """An attention decoder's sizes, and an attention layer that is an ``nn.Module``."""
+    check_positive_ints(vocab_size=vocab_size, embed_size=embed_size, num_hiddens=num_hiddens)
+    if context_size is not None:
+        check_positive_ints(context_size=context_size)
+    if not isinstance(attention, nn.Module):
+        raise ValueError(f"attention must be an nn.Module (an attention layer), got "
+                         f"{type(attention).__name__}")

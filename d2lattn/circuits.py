@@ -28,10 +28,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ._checks import (
+    check_positive_ints,
+    check_square_weights,
+    check_tokens,
+)
+
 from .masking import causal_mask, masked_softmax
 from .multihead import MultiHeadAttention
 from .positional import LearnedPositionalEmbedding
-from .scoring import check_positive_ints
 
 __all__ = [
     "AttentionOnlyBlock",
@@ -47,15 +52,6 @@ __all__ = [
 ]
 
 Ablation = Mapping[Tuple[int, int], Union[float, Tensor]]
-
-
-def _check_tokens(tokens: object, name: str = "tokens") -> Tensor:
-    if not isinstance(tokens, Tensor) or tokens.dim() != 2 or tokens.dtype not in (
-            torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
-        raise ValueError(f"{name} must be an integer tensor of shape (B, T), got "
-                         + (f"dtype {tokens.dtype} and shape {tuple(tokens.shape)}"
-                            if isinstance(tokens, Tensor) else type(tokens).__name__))
-    return tokens
 
 
 def repeated_sequences(
@@ -159,21 +155,10 @@ def determined_positions(tokens: Tensor) -> Tensor:
 
     Source: book chapter 11.
     """
-    tokens = _check_tokens(tokens)
+    tokens = check_tokens(tokens)
     same = tokens[:, :, None] == tokens[:, None, :]  # (B, T, T): token i equals token j
     earlier = torch.ones(tokens.shape[1], tokens.shape[1], dtype=torch.bool).tril(-1)  # j < i
     return (same & earlier).any(dim=-1)  # (B, T)
-
-
-def _check_square_weights(attention_weights: object) -> Tensor:
-    if (not isinstance(attention_weights, Tensor) or not attention_weights.is_floating_point()
-            or attention_weights.dim() < 3
-            or attention_weights.shape[-1] != attention_weights.shape[-2]):
-        raise ValueError("attention_weights must be a float tensor of shape (B, ..., T, T), got "
-                         + (f"shape {tuple(attention_weights.shape)}"
-                            if isinstance(attention_weights, Tensor)
-                            else type(attention_weights).__name__))
-    return attention_weights
 
 
 def previous_token_score(attention_weights: Tensor) -> Tensor:
@@ -205,7 +190,7 @@ def previous_token_score(attention_weights: Tensor) -> Tensor:
     Source: the previous-token heads of Elhage et al. (2021) and Olsson et al. (2022); the
     score is this book's average.
     """
-    attention_weights = _check_square_weights(attention_weights)
+    attention_weights = check_square_weights(attention_weights)
     if attention_weights.shape[-1] < 2:
         raise ValueError("attention_weights needs T >= 2 to have a previous token")
     on_previous = attention_weights.diagonal(offset=-1, dim1=-2, dim2=-1)  # (B, ..., T - 1)
@@ -247,8 +232,8 @@ def prefix_matching_score(attention_weights: Tensor, tokens: Tensor) -> Tensor:
     Source: the prefix-matching score of Olsson et al. (2022) (defined there on a random
     sequence repeated once); here every earlier occurrence counts.
     """
-    attention_weights = _check_square_weights(attention_weights)
-    tokens = _check_tokens(tokens)
+    attention_weights = check_square_weights(attention_weights)
+    tokens = check_tokens(tokens)
     B, T = tokens.shape
     if attention_weights.shape[0] != B or attention_weights.shape[-1] != T:
         raise ValueError(f"attention_weights (B, ..., T, T) = {tuple(attention_weights.shape)} "
@@ -409,7 +394,7 @@ class AttentionOnlyTransformer(nn.Module):
 
     def forward(self, tokens: Tensor, *, ablate: Optional[Ablation] = None,
                 return_heads: bool = False) -> Union[Tensor, Tuple[Tensor, Tensor]]:
-        tokens = _check_tokens(tokens)
+        tokens = check_tokens(tokens)
         if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.vocab_size):
             raise ValueError(f"tokens must lie in [0, {self.vocab_size}), got values in "
                              f"[{int(tokens.min())}, {int(tokens.max())}]")
@@ -451,7 +436,7 @@ def induction_loss(logits: Tensor, tokens: Tensor) -> Tensor:
 
     Source: book chapter 11 (the loss of Olsson et al. 2022 counts every position).
     """
-    tokens = _check_tokens(tokens)
+    tokens = check_tokens(tokens)
     if not isinstance(logits, Tensor) or logits.dim() != 3 or logits.shape[:2] != tokens.shape:
         raise ValueError(f"logits must have shape (B, T, V) with (B, T) = {tuple(tokens.shape)}")
     mask = determined_positions(tokens)[:, :-1]  # (B, T - 1)
@@ -484,7 +469,7 @@ def induction_accuracy(model: nn.Module, tokens: Tensor, *,
 
     Source: book chapter 11.
     """
-    tokens = _check_tokens(tokens)
+    tokens = check_tokens(tokens)
     mask = determined_positions(tokens)[:, :-1]  # (B, T - 1)
     if not bool(mask.any()):
         raise ValueError("tokens has no determined position (no token repeats)")

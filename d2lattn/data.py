@@ -28,6 +28,8 @@ from typing import Iterable, List, NamedTuple, Sequence, Tuple
 import torch
 from torch import Tensor
 
+from ._checks import check_non_negative_ints
+
 __all__ = [
     "DATE_FORMATS",
     "DATE_LOCALES",
@@ -108,8 +110,7 @@ def make_date_examples(
     from babel import Locale, UnknownLocaleError
     from babel.dates import format_date
 
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ValueError(f"n must be a non-negative integer, got {n!r}")
+    check_non_negative_ints(n=n)
     if isinstance(locales, str) or len(locales) == 0:
         raise ValueError(f"locales must be a non-empty sequence of locale codes, got {locales!r}")
     if isinstance(formats, str) or len(formats) == 0:
@@ -355,8 +356,7 @@ def make_multi_date_examples(
     Source: book chapter 7 (a task whose information grows with the input, as the sentence
     lengths of Bahdanau et al. (2015), figure 2).
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ValueError(f"n must be a non-negative integer, got {n!r}")
+    check_non_negative_ints(n=n)
     if isinstance(num_dates, (str, int)) or len(num_dates) == 0:
         raise ValueError(f"num_dates must be a non-empty sequence of positive ints, got "
                          f"{num_dates!r}")

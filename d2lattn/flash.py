@@ -15,8 +15,9 @@ here compute the same result block by block and never hold more than one tile of
 - :func:`local_attention` and :func:`sliding_window_mask`: each query sees only the keys within
   a window around its own position (Beltagy et al., 2020); blocks outside the window are skipped,
   so the cost grows linearly with the length;
-- :class:`GroupedQueryAttention`: multi-head attention whose heads share ``num_kv_heads`` key and
-  value heads (Ainslie et al., 2023; one shared head is multi-query attention, Shazeer, 2019).
+- ``enable_gqa``: query heads that share key/value heads (grouped-query attention, Ainslie et
+  al., 2023) read them without a copy; :class:`d2lattn.multihead.GroupedQueryAttention` is the
+  layer built on it.
 
 Masking follows the rest of d2lattn: True = may attend; causal masks are lower-right aligned
 (query ``i`` sees key ``j`` iff ``j <= i + (K - Q)``); a query with no visible key gets the zero
@@ -27,21 +28,19 @@ from __future__ import annotations
 
 import bisect
 import math
-from typing import Iterator, Optional, Protocol, Tuple
+from typing import Iterator, Optional, Tuple
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from ._checks import (
     ValidLens,
     Window,
     as_valid_lens,
     check_bool,
+    check_broadcast,
     check_dropout,
-    check_input_dtype,
-    check_kv_cache_chunk,
     check_positive_ints,
-    check_qkv,
     check_scale,
     check_sdpa_inputs,
     check_valid_lens,
@@ -55,7 +54,6 @@ __all__ = [
     "local_attention",
     "sliding_window_mask",
     "tile_schedule",
-    "GroupedQueryAttention",
 ]
 
 #: Default tile size: a 256 x 256 float32 tile is 256 KiB per head (2 MiB for 8 heads), small
@@ -63,13 +61,6 @@ __all__ = [
 #: ``benchmarks/bench_flash.py --sweep`` on the machines measured (chapter 9 shows the sweep).
 DEFAULT_BLOCK_SIZE = 256
 
-
-class _KVCacheLike(Protocol):
-    """What ``GroupedQueryAttention.forward`` needs of a cache (see ``d2lattn.KVCache``)."""
-
-    def __len__(self) -> int: ...
-
-    def update(self, keys: Tensor, values: Tensor) -> Tuple[Tensor, Tensor]: ...
 
 _LOG2_E = math.log2(math.e)  # scores times log2(e): exp(x) = 2 ** (x * log2(e))
 
@@ -155,6 +146,10 @@ class _Tiling:
         self.lens = lens  # None, (N,) or (N, Q) int64
         self.kv_lead = kv_lead or (N,)  # the leading axes of the keys, product N
         self.attn, self.keep, self.dropout_p = attn, keep, dropout_p
+        self.attn_overflows = False  # a finite float mask entry that log2(e) sends to -inf
+        if attn is not None and attn.is_floating_point():
+            low = torch.finfo(torch.float32).min / _LOG2_E  # float64 tiles: a superset
+            self.attn_overflows = bool(((attn < low) & attn.isfinite()).any())
         self.device = device
         self._cache: dict = {}  # tile masks that do not depend on valid_lens
         self.row_hi: list = []  # per row: keys [0, row_hi) may be seen (valid_lens)
@@ -232,7 +227,20 @@ class _Tiling:
                                                                                    -math.inf)
                 s.view(*self.kv_lead, self.r, bq, bk).add_(tile)
             else:
-                s.view(*self.kv_lead, self.r, bq, bk).add_(tile.to(s.dtype), alpha=_LOG2_E)
+                s.view(*self.kv_lead, self.r, bq, bk).add_(self._base2(tile, s.dtype))
+
+    def _base2(self, bias: Tensor, dtype: torch.dtype) -> Tensor:
+        """A float mask tile in the scores' base-2 units (times ``log2 e``), finite where it was.
+
+        A bias below ``finfo.min / log2(e)`` (Hugging Face pads with ``finfo(dtype).min``)
+        would overflow to ``-inf`` and turn SDPA's uniform weights over such keys into the
+        zero row of a fully masked query; it is clamped to ``finfo.min`` instead, so only a
+        true ``-inf`` forbids a key.
+        """
+        scaled = bias.to(dtype) * _LOG2_E
+        if self.attn_overflows:
+            scaled.clamp_(min=torch.finfo(dtype).min).masked_fill_(bias.isneginf(), -math.inf)
+        return scaled
 
     def drop(self, p: Tensor, qs: int, qe: int, ks: int, ke: int) -> Tensor:
         """Dropout of a tile ``(N, r * bq, bk)``: the kept entries divided by ``1 - p``."""
@@ -282,8 +290,16 @@ class _Tiling:
 # Forward and backward, on flattened tensors: q (N, r, Q, d), k (N, K, d), v (N, K, v)
 # ---------------------------------------------------------------------------------------------
 
-def _forward(q: Tensor, k: Tensor, v: Tensor, c: float, tiling: _Tiling) -> Tuple[Tensor, Tensor]:
-    """Output ``(N, r, Q, v)`` and base-2 log-sum-exp ``(N, r, Q, 1)`` (+inf: no key seen).
+def _forward(q: Tensor, k: Tensor, v: Tensor, c: float,
+             tiling: _Tiling) -> Tuple[Tensor, Tensor, Tensor]:
+    """Output ``(N, r, Q, v)``, each query's maximum base-2 score ``m`` and ``1 / l``, where
+    ``l = sum_j 2^(s_j - m)`` (each ``(N, r, Q, 1)``; ``m = +inf`` and ``1/l = 0`` for a query
+    that saw no key).
+
+    ``m`` and ``1/l`` are kept apart, not folded into one log-sum-exp ``m + log2(l)``: when
+    every score of a row is huge and negative (a float mask of ``finfo.min`` on every key)
+    ``m + log2(l)`` rounds back to ``m``, and the backward pass would take weights of 1
+    instead of ``1/K``.
 
     The ``r`` query heads that share a key/value head (grouped-query attention; ``r = 1``
     otherwise) are stacked into one block of ``r * bq`` rows, so they read each key tile once
@@ -293,15 +309,16 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, c: float, tiling: _Tiling) -> Tupl
     far below the maximum, where ``exp`` is ten times slower. Only the first ``n`` rows of
     ``N`` compute a tile that the shorter rows' ``valid_lens`` hide.
     """
-    N, r, Q, _ = q.shape
+    N, r, Q, d = q.shape
     bs, dv = tiling.bs, v.shape[-1]
     out = q.new_empty(N, r, Q, dv)
-    lse = q.new_full((N, r, Q, 1), math.inf)
+    row_max = q.new_full((N, r, Q, 1), math.inf)
+    inv_sum = q.new_zeros(N, r, Q, 1)
     kt = k.transpose(-2, -1)  # (N, d, K)
     for qs in range(0, Q, bs):
         qe = min(qs + bs, Q)
         rows = r * (qe - qs)
-        q_blk = (q[:, :, qs:qe] * c).reshape(N, rows, -1)  # (N, r*bq, d), scaled block by block
+        q_blk = (q[:, :, qs:qe] * c).reshape(N, rows, d)  # (N, r*bq, d), scaled block by block
         m = q.new_full((N, rows, 1), -math.inf)  # running maximum
         l = q.new_zeros(N, rows, 1)  # running sum of exp(score - m)
         acc = q.new_zeros(N, rows, dv)  # (N, r*bq, v) running numerator
@@ -321,53 +338,57 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, c: float, tiling: _Tiling) -> Tupl
         has_key = l > 0  # (N, r*bq, 1); False for a query that saw no key
         o = acc.div_(torch.where(has_key, l, torch.ones_like(l)))  # 0 if no key
         out[:, :, qs:qe] = o.view(N, r, qe - qs, dv)
-        lse[:, :, qs:qe] = torch.where(has_key, m + torch.log2(l),
-                                       math.inf).view(N, r, qe - qs, 1)
-    return out, lse
+        row_max[:, :, qs:qe] = torch.where(has_key, m, math.inf).view(N, r, qe - qs, 1)
+        inv_sum[:, :, qs:qe] = torch.where(has_key, 1.0 / l, 0.0).view(N, r, qe - qs, 1)
+    return out, row_max, inv_sum
 
 
-def _backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, d_out: Tensor,
-              c: float, tiling: _Tiling) -> Tuple[Tensor, Tensor, Tensor]:
+def _backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, row_max: Tensor, inv_sum: Tensor,
+              d_out: Tensor, c: float, tiling: _Tiling) -> Tuple[Tensor, Tensor, Tensor]:
     """Gradients with respect to the queries, keys and values, tile by tile (FlashAttention-2).
 
-    ``q``, ``c`` and ``lse`` as in :func:`_forward`. With ``P = softmax(S)``, ``dV = P^T dO``,
-    ``dP = dO V^T``, ``dS = P * (dP - D)`` with ``D = rowsum(dO * O)``, and ``S = scale Q K^T``
-    gives ``dQ = scale dS K`` and ``dK = scale dS^T Q``; the caller applies the ``scale``.
-    With dropout mask ``Z``, ``P`` becomes ``P * Z / (1 - p)`` in ``dV`` and ``dP`` is
-    multiplied by ``Z / (1 - p)``. The ``r`` stacked heads add their ``dK``, ``dV`` into the
-    shared key/value head.
+    ``q``, ``c``, ``row_max`` and ``inv_sum`` as in :func:`_forward`. With ``P = softmax(S)``,
+    ``dV = P^T dO``, ``dP = dO V^T``, ``dS = P * (dP - D)`` with ``D = rowsum(dO * O)``, and
+    ``S = scale Q K^T`` gives ``dQ = scale dS K`` and ``dK = scale dS^T Q``; the caller applies
+    the ``scale``. A tile recomputes ``E = 2^(S - m)``, so ``P = E / l``; the ``1 / l`` of each
+    row is folded into ``dO`` and ``D`` (``dV = E^T (dO / l)``, ``dS = E * (dP / l - D / l)``),
+    which costs nothing per tile. With dropout mask ``Z``, ``P`` becomes ``P * Z / (1 - p)`` in
+    ``dV`` and ``dP`` is multiplied by ``Z / (1 - p)``. The ``r`` stacked heads add their
+    ``dK``, ``dV`` into the shared key/value head.
     """
-    N, r, Q, _ = q.shape
-    bs = tiling.bs
+    N, r, Q, d = q.shape
+    bs, d_v = tiling.bs, v.shape[-1]
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     delta = (d_out * out).sum(dim=-1, keepdim=True)  # (N, r, Q, 1), D_i = dO_i . O_i
+    d_out, delta = d_out * inv_sum, delta * inv_sum  # dO / l and D / l (0 if no key)
     for qs in range(0, Q, bs):
         qe = min(qs + bs, Q)
         rows = r * (qe - qs)
-        q_blk = (q[:, :, qs:qe] * c).reshape(N, rows, -1)  # (N, r*bq, d)
-        do_blk = d_out[:, :, qs:qe].reshape(N, rows, -1)  # (N, r*bq, v)
-        lse_blk = lse[:, :, qs:qe].reshape(N, rows, 1)
+        q_blk = (q[:, :, qs:qe] * c).reshape(N, rows, d)  # (N, r*bq, d)
+        do_blk = d_out[:, :, qs:qe].reshape(N, rows, d_v)  # (N, r*bq, v)
+        max_blk = row_max[:, :, qs:qe].reshape(N, rows, 1)
         delta_blk = delta[:, :, qs:qe].reshape(N, rows, 1)
         dq_blk = torch.zeros_like(q_blk)  # (N, r*bq, d)
         for ks, ke, needs_mask, n in tiling.blocks(qs, qe):
             s = torch.bmm(q_blk[:n], k[:n, ks:ke].transpose(-2, -1))  # (n, r*bq, bk), again
             if needs_mask:
                 tiling.add_mask(s, qs, qe, ks, ke, n)
-            p = s.sub_(lse_blk[:n]).exp2_()  # softmax weights of the tile; 0 where masked
+            p = s.sub_(max_blk[:n]).exp2_()  # l times the tile's weights; 0 where masked
             p_drop = p if tiling.keep is None else tiling.drop(p, qs, qe, ks, ke)
             dv[:n, ks:ke].baddbmm_(p_drop.transpose(-2, -1), do_blk[:n])  # dV += P^T dO
             dp = torch.bmm(do_blk[:n], v[:n, ks:ke].transpose(-2, -1))  # (n, r*bq, bk), dO V^T
             if tiling.keep is not None:
                 dp = tiling.drop(dp, qs, qe, ks, ke)
-            ds = dp.sub_(delta_blk[:n]).mul_(p)  # dS = P * (dP - D)
+            ds = dp.sub_(delta_blk[:n]).mul_(p)  # dS = P * (dP - D), P = p / l
             dq_blk[:n].baddbmm_(ds, k[:n, ks:ke])  # dQ += dS K
             dk[:n, ks:ke].baddbmm_(ds.transpose(-2, -1), q_blk[:n])  # dK += dS^T Q
-        dq[:, :, qs:qe] = dq_blk.view(N, r, qe - qs, -1)
+        dq[:, :, qs:qe] = dq_blk.view(N, r, qe - qs, d)
     return dq, dk, dv
 
 
 class _FlashAttentionFn(torch.autograd.Function):
-    """Autograd wrapper: saves the inputs, the output and the log-sum-exp, nothing ``Q x K``.
+    """Autograd wrapper: saves the inputs, the output and two numbers per query (the row's
+    maximum score and the inverse of its sum), nothing ``Q x K``.
 
     16-bit inputs are computed in float32 (the running maximum, sum and output too) and the
     output is rounded once at the end, as fused kernels do.
@@ -376,18 +397,19 @@ class _FlashAttentionFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, scale, tiling):  # q (N, r, Q, d), k, v (N, K, d|v)
         acc = _acc_dtype(q.dtype)
-        out, lse = _forward(q.to(acc), k.to(acc), v.to(acc), scale * _LOG2_E, tiling)
-        ctx.save_for_backward(q, k, v, out, lse)
+        out, row_max, inv_sum = _forward(q.to(acc), k.to(acc), v.to(acc), scale * _LOG2_E,
+                                         tiling)
+        ctx.save_for_backward(q, k, v, out, row_max, inv_sum)
         ctx.scale, ctx.tiling = scale, tiling
         return out.to(q.dtype)
 
     @staticmethod
     def backward(ctx, d_out):
-        q, k, v, out, lse = ctx.saved_tensors
+        q, k, v, out, row_max, inv_sum = ctx.saved_tensors
         # a Function of its own, so that differentiating the gradients raises (not silently
         # dropping the second-order term, as a constant gradient would)
-        dq, dk, dv = _FlashAttentionBackwardFn.apply(q, k, v, out, lse, d_out, ctx.scale,
-                                                     ctx.tiling)
+        dq, dk, dv = _FlashAttentionBackwardFn.apply(q, k, v, out, row_max, inv_sum, d_out,
+                                                     ctx.scale, ctx.tiling)
         return dq, dk, dv, None, None
 
 
@@ -395,9 +417,9 @@ class _FlashAttentionBackwardFn(torch.autograd.Function):
     """The gradients of :class:`_FlashAttentionFn`; differentiating them again raises."""
 
     @staticmethod
-    def forward(ctx, q, k, v, out, lse, d_out, scale, tiling):
+    def forward(ctx, q, k, v, out, row_max, inv_sum, d_out, scale, tiling):
         acc = _acc_dtype(q.dtype)
-        dq, dk, dv = _backward(q.to(acc), k.to(acc), v.to(acc), out, lse,
+        dq, dk, dv = _backward(q.to(acc), k.to(acc), v.to(acc), out, row_max, inv_sum,
                                d_out.to(acc).contiguous(), scale * _LOG2_E, tiling)
         return (dq.mul_(scale).to(q.dtype), dk.mul_(1.0 / _LOG2_E).to(k.dtype),
                 dv.to(v.dtype))
@@ -415,14 +437,8 @@ def _shape_mask(mask: Tensor, q_lead: Tuple[int, ...], kv_lead: Tuple[int, ...],
     """A mask broadcastable to ``(*q_lead, Q, K)`` as a view broadcastable to
     ``(*kv_lead, r, Q, K)`` (the query heads split into key/value heads and their ``r``
     query heads), without copying it."""
-    full = (*q_lead, Q, K)
-    try:
-        ok = torch.broadcast_shapes(mask.shape, full) == full
-    except RuntimeError:
-        ok = False
-    if not ok:
-        raise ValueError(f"{name} of shape {tuple(mask.shape)} does not broadcast to "
-                         f"(B, ..., Q, K) = {full}")
+    full = torch.Size((*q_lead, Q, K))
+    check_broadcast(mask, full, name, "(B, ..., Q, K) =")
     mask = mask.view((1,) * (len(full) - mask.dim()) + tuple(mask.shape))
     if not enable_gqa:
         return mask.unsqueeze(-3)  # (*lead, 1, Q|1, K|1)
@@ -431,20 +447,12 @@ def _shape_mask(mask: Tensor, q_lead: Tuple[int, ...], kv_lead: Tuple[int, ...],
     return mask.view(*mask.shape[:-3], *split, *mask.shape[-2:])  # (*kv_lead, r, Q|1, K|1)
 
 
-def flash_attention(
-    queries: Tensor,
-    keys: Tensor,
-    values: Tensor,
-    *,
-    valid_lens: Optional[ValidLens] = None,
-    attn_mask: Optional[Tensor] = None,
-    is_causal: bool = False,
-    window: Optional[Window] = None,
-    scale: Optional[float] = None,
-    dropout_p: float = 0.0,
-    enable_gqa: bool = False,
-    block_size: int = DEFAULT_BLOCK_SIZE,
-) -> Tensor:
+def flash_attention(queries: Tensor, keys: Tensor, values: Tensor,
+                    valid_lens: Optional[ValidLens] = None, *,
+                    attn_mask: Optional[Tensor] = None, is_causal: bool = False,
+                    window: Optional[Window] = None, scale: Optional[float] = None,
+                    dropout_p: float = 0.0, enable_gqa: bool = False,
+                    block_size: int = DEFAULT_BLOCK_SIZE) -> Tensor:
     r"""Exact scaled dot-product attention, computed tile by tile with the online softmax.
 
     .. math:: \mathrm{softmax}\!\left(s\, Q K^\top + M\right) V, \qquad s = 1/\sqrt d,
@@ -466,8 +474,9 @@ def flash_attention(
         keys: ``(B, ..., K, d)`` float, the same leading axes and dtype as ``queries`` (with
             ``enable_gqa``, ``g`` heads on axis -3 where the queries have ``h``).
         values: ``(B, ..., K, v)`` float, the rows of ``keys``, the same dtype.
-        valid_lens: keyword-only; ``None``, ``(B,)`` or ``(B, Q)`` integers in ``[0, K]``: each
-            query sees only the first ``valid_lens`` keys (middle axes broadcast).
+        valid_lens: ``None``, ``(B,)`` or ``(B, Q)`` integers in ``[0, K]``: each query sees
+            only the first ``valid_lens`` keys (middle axes broadcast). The fourth argument,
+            positional or by name, as in every d2lattn attention layer.
         attn_mask: keyword-only; ``None``, a bool mask (True = may attend) or a float mask
             added to the scaled scores (SDPA's ``attn_mask``, e.g. an ALiBi bias), broadcastable
             to ``(B, ..., Q, K)``. Every tile is then computed (no skipping from it); a float
@@ -716,138 +725,17 @@ def _tile_grid(Q: int, K: int, block_size: int, is_causal: bool,
     return grid
 
 
-class GroupedQueryAttention(nn.Module):
-    r"""Multi-head attention whose ``num_heads`` query heads share ``num_kv_heads`` key/value heads.
+def __getattr__(name: str) -> object:
+    """``d2lattn.flash.GroupedQueryAttention`` moved to :mod:`d2lattn.multihead` (one
+    multi-head core); the old path works, with a ``DeprecationWarning``, for one release."""
+    if name == "GroupedQueryAttention":
+        import warnings
 
-    .. math:: \mathrm{head}_i = \mathrm{softmax}\!\Big(\frac{Q W_{q,i}^\top
-              (K W_{k,g(i)}^\top)^\top}{\sqrt{d_h}}\Big) V W_{v,g(i)}^\top, \qquad
-              g(i) = \lfloor i / r \rfloor,\ r = \texttt{num\_heads} / \texttt{num\_kv\_heads}
+        from .multihead import GroupedQueryAttention
 
-    Query heads ``i*r ... (i+1)*r - 1`` use key/value head ``i`` (the grouping of
-    ``F.scaled_dot_product_attention(..., enable_gqa=True)``). ``num_kv_heads == num_heads`` is
-    ordinary multi-head attention (:class:`~d2lattn.MultiHeadAttention` with the same weights
-    gives the same output); ``num_kv_heads == 1`` is multi-query attention. The keys and values a
-    decoder caches shrink by the factor ``r`` (see :meth:`kv_cache_bytes` and the ``kv_cache``
-    option), and so do the keys and values saved for the backward pass: the attention is
-    :func:`flash_attention` with ``enable_gqa=True``, whose ``r`` query heads read their shared
-    key/value head in one matrix product, never a copy of it per query head (no dropout, no
-    stored weights).
-
-    Args:
-        num_hiddens: total size of the query heads, ``num_heads * d_h``.
-        num_heads: h, the number of query heads; must divide ``num_hiddens``.
-        num_kv_heads: g, the number of key/value heads; must divide ``num_heads``.
-        bias: whether the four projections have a bias.
-        query_size, key_size, value_size: keyword-only input sizes (default ``num_hiddens``).
-        block_size: keyword-only tile size passed to :func:`flash_attention`.
-
-    Parameters:
-        W_q: ``nn.Linear(query_size, num_hiddens)``; W_k, W_v: ``nn.Linear(key_size|value_size,
-        num_kv_heads * d_h)``; W_o: ``nn.Linear(num_hiddens, num_hiddens)``.
-
-    Shapes (``forward``):
-        queries ``(B, Q, query_size)``, keys ``(B, K, key_size)``, values ``(B, K, value_size)``
-        of the parameters' dtype; ``valid_lens`` ``None``, ``(B,)`` or ``(B, Q)``.
-        Keyword-only: ``attn_mask`` (bool or float, as in :func:`flash_attention`, over the
-        ``h`` query heads: ``(Q, K)``, ``(B, 1|h, Q, K)``), ``is_causal`` and ``kv_cache``
-        (a :class:`~d2lattn.KVCache`: the new keys and values ``(B, g, K_new, d_h)`` are
-        appended to it and attention runs over all it holds; a chunk of several queries needs
-        ``is_causal=True`` or an ``attn_mask``). Returns ``(B, Q, num_hiddens)``.
-
-    Raises:
-        ValueError: at construction if a size is not a positive integer or does not divide as
-            required; in ``forward`` on mismatched shapes or dtypes, bad ``valid_lens`` or
-            masks, or a ``kv_cache`` with ``is_causal=False`` and several new queries.
-
-    Example:
-        >>> gqa = GroupedQueryAttention(num_hiddens=16, num_heads=4, num_kv_heads=2)
-        >>> X = torch.ones(2, 5, 16)
-        >>> gqa(X, X, X, is_causal=True).shape
-        torch.Size([2, 5, 16])
-        >>> gqa.W_k.weight.shape, gqa.kv_cache_bytes(batch_size=1, seq_len=100)
-        (torch.Size([8, 16]), 6400)
-
-    Source: Ainslie et al. (2023), "GQA", section 2.2; Shazeer (2019), "Fast transformer
-    decoding: one write-head is all you need" (multi-query attention); book chapter 9.
-    """
-
-    def __init__(
-        self,
-        num_hiddens: int,
-        num_heads: int,
-        num_kv_heads: int,
-        bias: bool = False,
-        *,
-        query_size: Optional[int] = None,
-        key_size: Optional[int] = None,
-        value_size: Optional[int] = None,
-        block_size: int = DEFAULT_BLOCK_SIZE,
-    ) -> None:
-        super().__init__()
-        check_positive_ints(num_hiddens=num_hiddens, num_heads=num_heads,
-                            num_kv_heads=num_kv_heads, block_size=block_size)
-        if num_hiddens % num_heads != 0:
-            raise ValueError(f"num_hiddens ({num_hiddens}) must be divisible by num_heads "
-                             f"({num_heads})")
-        if num_heads % num_kv_heads != 0:
-            raise ValueError(f"num_heads ({num_heads}) must be divisible by num_kv_heads "
-                             f"({num_kv_heads})")
-        sizes = {"query_size": query_size, "key_size": key_size, "value_size": value_size}
-        check_positive_ints(**{name: size for name, size in sizes.items() if size is not None})
-        self.num_hiddens, self.num_heads, self.num_kv_heads = num_hiddens, num_heads, num_kv_heads
-        self.head_size = num_hiddens // num_heads
-        self.block_size = block_size
-        kv_hiddens = num_kv_heads * self.head_size
-        self.W_q = nn.Linear(query_size or num_hiddens, num_hiddens, bias=bias)
-        self.W_k = nn.Linear(key_size or num_hiddens, kv_hiddens, bias=bias)
-        self.W_v = nn.Linear(value_size or num_hiddens, kv_hiddens, bias=bias)
-        self.W_o = nn.Linear(num_hiddens, num_hiddens, bias=bias)
-
-    def kv_cache_bytes(self, batch_size: int, seq_len: int,
-                       dtype: torch.dtype = torch.float32) -> int:
-        """Bytes of the keys and values a decoder caches for ``seq_len`` tokens (one layer).
-
-        ``2 * batch_size * seq_len * num_kv_heads * d_h * itemsize``: ``num_heads /
-        num_kv_heads`` times less than multi-head attention's cache.
-        """
-        check_positive_ints(batch_size=batch_size, seq_len=seq_len)
-        itemsize = torch.empty((), dtype=dtype).element_size()
-        return 2 * batch_size * seq_len * self.num_kv_heads * self.head_size * itemsize
-
-    def _split(self, X: Tensor, heads: int) -> Tensor:
-        B, T, _ = X.shape
-        return X.view(B, T, heads, self.head_size).transpose(1, 2)  # (B, heads, T, d_h)
-
-    def forward(
-        self,
-        queries: Tensor,
-        keys: Tensor,
-        values: Tensor,
-        valid_lens: Optional[ValidLens] = None,
-        *,
-        attn_mask: Optional[Tensor] = None,
-        is_causal: bool = False,
-        kv_cache: Optional[_KVCacheLike] = None,
-    ) -> Tensor:
-        check_qkv(queries, keys, values, same_size=False, query_size=self.W_q.in_features,
-                  key_size=self.W_k.in_features, value_size=self.W_v.in_features)
-        if queries.dim() != 3:
-            raise ValueError(f"queries must have shape (B, Q, query_size), "
-                             f"got {tuple(queries.shape)}")
-        for name, t in (("queries", queries), ("keys", keys), ("values", values)):
-            check_input_dtype(name, t, self.W_q.weight.dtype)
-        check_bool(is_causal=is_causal)
-        check_kv_cache_chunk(kv_cache, is_causal, attn_mask, queries.shape[1])
-        # 1. project: h query heads, g key/value heads
-        q = self._split(self.W_q(queries), self.num_heads)  # (B, h, Q, d_h)
-        k = self._split(self.W_k(keys), self.num_kv_heads)  # (B, g, K_new, d_h)
-        v = self._split(self.W_v(values), self.num_kv_heads)  # (B, g, K_new, d_h)
-        if kv_cache is not None:
-            k, v = kv_cache.update(k, v)  # (B, g, K, d_h): the cache holds g heads, not h
-        # 2. every group of r = h / g query heads reads the same key/value head (no copies)
-        heads = flash_attention(q, k, v, valid_lens=valid_lens, attn_mask=attn_mask,
-                                is_causal=is_causal, enable_gqa=True,
-                                block_size=self.block_size)  # (B, h, Q, d_h)
-        # 3. concatenate the heads and mix them
-        B, _, Q, _ = heads.shape
-        return self.W_o(heads.transpose(1, 2).reshape(B, Q, self.num_hiddens))  # (B, Q, h*d_h)
+        warnings.warn("d2lattn.flash.GroupedQueryAttention moved to "
+                      "d2lattn.multihead.GroupedQueryAttention (also d2lattn."
+                      "GroupedQueryAttention); the old path goes in the next release",
+                      DeprecationWarning, stacklevel=2)
+        return GroupedQueryAttention
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -18,6 +18,10 @@ from typing import Callable, Dict, Optional, Tuple
 import torch
 from torch import Tensor, nn
 
+from ._checks import (
+    check_nw_inputs,
+)
+
 from .masking import masked_softmax
 
 __all__ = ["KERNELS", "nadaraya_watson", "NadarayaWatsonRegression"]
@@ -47,29 +51,6 @@ KERNELS: Dict[str, Callable[[Tensor], Tensor]] = {
     "constant": _constant,  # 1: every query gets the plain average of y_train
     "epanechnikov": _epanechnikov,  # max(0, 1 - u^2), a parabola; not the triangle 1 - |u|
 }
-
-
-def _check_1d(name: str, t: Tensor) -> None:
-    """Raise ``ValueError`` unless ``t`` is a 1-D floating-point tensor."""
-    if not isinstance(t, Tensor):
-        raise ValueError(f"{name} must be a 1-D floating-point tensor, got {type(t).__name__}")
-    if not t.is_floating_point() or t.dim() != 1:
-        raise ValueError(f"{name} must be a 1-D floating-point tensor, got shape "
-                         f"{tuple(t.shape)} and dtype {t.dtype}")
-
-
-def _check_inputs(x_query: Tensor, x_train: Tensor, y_train: Tensor) -> None:
-    """Check the three 1-D inputs of a Nadaraya–Watson call, raising ``ValueError``."""
-    for name, t in (("x_train", x_train), ("y_train", y_train), ("x_query", x_query)):
-        _check_1d(name, t)
-    if not x_query.dtype == x_train.dtype == y_train.dtype:
-        raise ValueError(f"x_train, y_train and x_query must share one dtype, got "
-                         f"{x_train.dtype}, {y_train.dtype} and {x_query.dtype}")
-    if x_train.shape != y_train.shape:
-        raise ValueError(f"x_train and y_train must have the same length, got "
-                         f"{x_train.shape[0]} and {y_train.shape[0]}")
-    if x_train.shape[0] == 0:
-        raise ValueError("x_train must hold at least one training example")
 
 
 def nadaraya_watson(
@@ -112,7 +93,7 @@ def nadaraya_watson(
     *Dive into Deep Learning*, Chinese edition (动手学深度学习, 2nd ed., Posts & Telecom
     Press, 2023), section 10.2 (注意力汇聚：Nadaraya-Watson 核回归).
     """
-    _check_inputs(x_query, x_train, y_train)
+    check_nw_inputs(x_query, x_train, y_train)
     if not isinstance(kernel, str) or kernel not in KERNELS:
         raise ValueError(f"kernel must be one of {sorted(KERNELS)}, got {kernel!r}")
     try:
@@ -191,7 +172,7 @@ class NadarayaWatsonRegression(nn.Module):
         self, x_query: Tensor, x_train: Tensor, y_train: Tensor, mask: Optional[Tensor] = None
     ) -> Tensor:
         """Predict at ``x_query`` from the pairs ``(x_train, y_train)``; see the class docstring."""
-        _check_inputs(x_query, x_train, y_train)
+        check_nw_inputs(x_query, x_train, y_train)
         # 1. score: minus half the squared distance, measured in units of 1 / w
         u = (x_query[:, None] - x_train[None, :]) * self.w  # (m, n)
         # 2. normalize (masked keys get exactly zero weight)

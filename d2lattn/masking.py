@@ -27,7 +27,15 @@ from typing import Optional, Union
 import torch
 from torch import Tensor
 
-from ._checks import ValidLens, as_valid_lens, check_non_negative_ints, check_valid_lens_range
+from ._checks import (
+    ValidLens,
+    as_valid_lens,
+    check_batch_size,
+    check_bool_mask,
+    check_non_negative_ints,
+    check_scores,
+    check_valid_lens_range,
+)
 
 __all__ = ["causal_mask", "masked_softmax", "valid_lens_to_mask"]
 
@@ -195,40 +203,7 @@ def masked_softmax(
     Source: Vaswani et al. (2017), section 3.2.3 (masking by setting scores to
     :math:`-\infty`); the empty-row rule (zeros) is this book's, see chapter 3.
     """
-    if not isinstance(X, Tensor) or not X.is_floating_point():
-        raise ValueError(f"X must be a floating-point tensor of scores, got {type(X).__name__}"
-                         + (f" of dtype {X.dtype}" if isinstance(X, Tensor) else ""))
-    if X.dim() < 1:
-        raise ValueError("X must have at least one axis (the keys)")
-
-    keep: Optional[Tensor] = None  # bool, broadcastable to X; True = may attend
-    if valid_lens is not None:
-        if X.dim() < 3:
-            raise ValueError(
-                f"with valid_lens, X must have shape (B, ..., Q, K), got shape {tuple(X.shape)}"
-            )
-        lens = as_valid_lens(valid_lens)
-        if lens.shape[0] != X.shape[0]:
-            raise ValueError(
-                f"valid_lens must have shape (B,) or (B, Q) with B = X.shape[0] = {X.shape[0]}, "
-                f"got shape {tuple(lens.shape)}"
-            )
-        keep = valid_lens_to_mask(lens.to(X.device), X.shape[-2], X.shape[-1])  # (B, 1|Q, K)
-        keep = keep.view(keep.shape[0], *([1] * (X.dim() - 3)), *keep.shape[1:])  # (B, 1.., 1|Q, K)
-    if mask is not None:
-        if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
-            raise ValueError("mask must be a bool tensor (True = may attend)")
-        try:
-            shape = torch.broadcast_shapes(mask.shape, X.shape)
-        except RuntimeError:
-            shape = None
-        if shape != X.shape:
-            raise ValueError(
-                f"mask of shape {tuple(mask.shape)} does not broadcast to X's shape {tuple(X.shape)}"
-            )
-        mask = mask.to(X.device)
-        keep = mask if keep is None else keep & mask
-
+    keep = _allowed_keys(X, valid_lens, mask)  # None or bool, broadcastable to X
     if inplace and X.is_leaf and X.requires_grad:
         inplace = False  # autograd forbids writing into such a tensor
 
@@ -247,3 +222,24 @@ def masked_softmax(
     # then zero them; torch.where passes no gradient to the branch it did not pick.
     scores = torch.where(has_key, scores, torch.zeros((), dtype=X.dtype, device=X.device))
     return torch.softmax(scores, dim=-1).masked_fill(~keep, 0.0)
+
+
+def _allowed_keys(X: Tensor, valid_lens: Optional[ValidLens],
+                  mask: Optional[Tensor]) -> Optional[Tensor]:
+    """Check :func:`masked_softmax`'s arguments; return the keys each query may attend to.
+
+    Returns ``None`` (every key) or a bool tensor broadcastable to ``X``, True = may attend:
+    ``valid_lens`` as ``(B, 1.., 1|Q, K)`` (the middle axes of ``X`` broadcast), AND ``mask``.
+    """
+    check_scores(X, with_valid_lens=valid_lens is not None)
+    keep: Optional[Tensor] = None
+    if valid_lens is not None:
+        lens = as_valid_lens(valid_lens)
+        check_batch_size(lens, X.shape[0], "valid_lens", "(B,) or (B, Q)")
+        keep = valid_lens_to_mask(lens.to(X.device), X.shape[-2], X.shape[-1])  # (B, 1|Q, K)
+        keep = keep.view(keep.shape[0], *([1] * (X.dim() - 3)), *keep.shape[1:])
+    if mask is not None:
+        check_bool_mask(mask, X.shape, "mask", "X's shape")
+        mask = mask.to(X.device)
+        keep = mask if keep is None else keep & mask
+    return keep

@@ -1,4 +1,12 @@
-"""Multi-head attention: h scaled dot-product attentions side by side, in learned subspaces."""
+"""Multi-head attention: h scaled dot-product attentions side by side, in learned subspaces.
+
+One core, :class:`MultiHeadAttention`: ``h`` query heads that share ``g`` key/value heads
+(``g = h`` unless ``num_kv_heads`` says otherwise), with the weights materialised (they are kept
+in ``attention_weights``). :class:`GroupedQueryAttention` is the same layer whose attention step
+is the tiled kernel :func:`~d2lattn.flash.flash_attention` (no weights held). Both use
+:func:`split_heads`, :func:`merge_heads` and one cache protocol (:class:`KVCacheLike`, which
+:class:`d2lattn.KVCache` follows).
+"""
 
 from __future__ import annotations
 
@@ -10,23 +18,55 @@ from torch import Tensor, nn
 from ._checks import (
     ValidLens,
     check_bool,
+    check_heads,
     check_input_dtype,
     check_kv_cache_chunk,
     check_positive_ints,
     check_qkv,
 )
+from .flash import DEFAULT_BLOCK_SIZE, flash_attention
 from .positional import rotary_embedding
 from .scoring import DotProductAttention
 
+__all__ = ["GroupedQueryAttention", "MultiHeadAttention", "merge_heads", "split_heads"]
 
-class _KVCacheLike(Protocol):
-    """What ``MultiHeadAttention.forward`` needs of a cache (see ``d2lattn.KVCache``)."""
+
+class KVCacheLike(Protocol):
+    """What multi-head attention needs of a cache (:class:`d2lattn.KVCache` is one)."""
 
     def __len__(self) -> int: ...
 
     def update(self, keys: Tensor, values: Tensor) -> Tuple[Tensor, Tensor]: ...
 
-__all__ = ["MultiHeadAttention"]
+
+def split_heads(X: Tensor, num_heads: int) -> Tensor:
+    """``(B, T, num_heads * d_h)`` -> ``(B, num_heads, T, d_h)``: head ``i`` takes block ``i``.
+
+    Contiguous: one copy here lets every later matrix product use the heads without copying,
+    and gives BLAS ``keys^T`` as a plain transposed view.
+
+    Example:
+        >>> split_heads(torch.arange(12.0).view(1, 2, 6), num_heads=3)[0, 1]
+        tensor([[2., 3.],
+                [8., 9.]])
+
+    Source: Vaswani et al. (2017), section 3.2.2 (h projections of size d_model / h).
+    """
+    B, T, hidden = X.shape
+    d_h = hidden // num_heads  # named, not -1: B or T may be 0
+    return X.view(B, T, num_heads, d_h).transpose(1, 2).contiguous()  # (B, h, T, d_h)
+
+
+def merge_heads(X: Tensor) -> Tensor:
+    """``(B, h, T, d_h)`` -> ``(B, T, h * d_h)``, the inverse of :func:`split_heads`.
+
+    Example:
+        >>> X = torch.randn(2, 5, 12)
+        >>> torch.equal(merge_heads(split_heads(X, num_heads=3)), X)
+        True
+    """
+    B, h, T, d_h = X.shape
+    return X.transpose(1, 2).reshape(B, T, h * d_h)  # (B, T, h * d_h)
 
 
 class MultiHeadAttention(nn.Module):
@@ -49,6 +89,10 @@ class MultiHeadAttention(nn.Module):
         query_size: feature size of the queries (default ``num_hiddens``).
         key_size: feature size of the keys (default ``num_hiddens``).
         value_size: feature size of the values (default ``num_hiddens``).
+        num_kv_heads: keyword-only; g, the number of key/value heads, a divisor of
+            ``num_heads`` (default ``num_heads``). With ``g < h`` the query heads share key/value
+            heads as in :class:`GroupedQueryAttention` (``W_k`` and ``W_v`` then produce
+            ``g * d_h`` features), computed here with the weights materialised.
         rotary: keyword-only; if True, queries and keys are rotated by
             :func:`d2lattn.positional.rotary_embedding` in every head after the projections
             (RoPE), so that the scores see relative positions. Keys get positions
@@ -75,7 +119,7 @@ class MultiHeadAttention(nn.Module):
         is_causal: query ``i`` sees key ``j`` only if ``j <= i + (K - Q)`` (lower-right
             aligned, so new queries after a cache see the whole cache).
         kv_cache: ``None`` or a cache such as :class:`d2lattn.KVCache`. The projected keys and
-            values of this call, ``(B, h, K_new, d_h)``, are appended to it, and attention
+            values of this call, ``(B, g, K_new, d_h)`` (``g = h`` by default), are appended to it, and attention
             runs over everything it holds. Then ``valid_lens`` and ``attn_mask`` refer to all
             ``K`` keys. A chunk of several queries needs ``is_causal=True`` or an
             ``attn_mask`` (otherwise the new positions would see each other's future).
@@ -117,26 +161,19 @@ class MultiHeadAttention(nn.Module):
         key_size: Optional[int] = None,
         value_size: Optional[int] = None,
         rotary: bool = False,
+        num_kv_heads: Optional[int] = None,
     ) -> None:
         super().__init__()
-        check_positive_ints(num_hiddens=num_hiddens, num_heads=num_heads)
-        if num_hiddens % num_heads != 0:
-            raise ValueError(
-                f"num_hiddens ({num_hiddens}) must be divisible by num_heads ({num_heads})"
-            )
-        sizes = {"query_size": query_size, "key_size": key_size, "value_size": value_size}
-        check_positive_ints(**{name: size for name, size in sizes.items() if size is not None})
-        if not isinstance(rotary, bool):
-            raise ValueError(f"rotary must be a bool, got {rotary!r}")
-        if rotary and (num_hiddens // num_heads) % 2 != 0:
-            raise ValueError("rotary=True needs an even head size num_hiddens // num_heads, "
-                             f"got {num_hiddens // num_heads}")
-        self.num_hiddens = num_hiddens
-        self.num_heads = num_heads
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        check_heads(num_hiddens, num_heads, num_kv_heads, rotary=rotary,
+                    query_size=query_size, key_size=key_size, value_size=value_size)
+        self.num_hiddens, self.num_heads, self.num_kv_heads = num_hiddens, num_heads, num_kv_heads
+        self.head_size = num_hiddens // num_heads
         self.rotary = rotary
+        kv_hiddens = num_kv_heads * self.head_size
         self.W_q = nn.Linear(query_size or num_hiddens, num_hiddens, bias=bias)
-        self.W_k = nn.Linear(key_size or num_hiddens, num_hiddens, bias=bias)
-        self.W_v = nn.Linear(value_size or num_hiddens, num_hiddens, bias=bias)
+        self.W_k = nn.Linear(key_size or num_hiddens, kv_hiddens, bias=bias)
+        self.W_v = nn.Linear(value_size or num_hiddens, kv_hiddens, bias=bias)
         self.W_o = nn.Linear(num_hiddens, num_hiddens, bias=bias)
         self.attention = DotProductAttention(dropout)
 
@@ -145,68 +182,182 @@ class MultiHeadAttention(nn.Module):
         """``(B, num_heads, Q, K)`` weights of the last call (``None`` before the first)."""
         return self.attention.attention_weights
 
-    def split_heads(self, X: Tensor) -> Tensor:
-        """``(B, T, num_hiddens)`` -> ``(B, num_heads, T, num_hiddens // num_heads)``."""
-        B, T, _ = X.shape
-        # contiguous: one copy here lets every later matmul use the heads without copying,
-        # and gives BLAS keys^T as a plain transposed view.
-        return X.view(B, T, self.num_heads, -1).transpose(1, 2).contiguous()  # (B, h, T, d_h)
+    def split_heads(self, X: Tensor, num_heads: Optional[int] = None) -> Tensor:
+        """``(B, T, num_heads * d_h)`` -> ``(B, num_heads, T, d_h)`` (default: the query heads)."""
+        return split_heads(X, self.num_heads if num_heads is None else num_heads)
 
     def merge_heads(self, X: Tensor) -> Tensor:
         """``(B, num_heads, T, d_h)`` -> ``(B, T, num_heads * d_h)``; inverse of ``split_heads``."""
-        B, h, T, d_h = X.shape
-        return X.transpose(1, 2).reshape(B, T, h * d_h)  # (B, T, num_hiddens)
+        return merge_heads(X)
 
-    def _project_packed(self, X: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
-        """``W_q(X), W_k(X), W_v(X)``, each ``(B, T, num_hiddens)``, from one matrix product."""
-        weight = torch.cat([self.W_q.weight, self.W_k.weight, self.W_v.weight])  # (3 nh, size)
-        bias = (None if self.W_q.bias is None
-                else torch.cat([self.W_q.bias, self.W_k.bias, self.W_v.bias]))  # (3 nh,)
-        q, k, v = nn.functional.linear(X, weight, bias).chunk(3, dim=-1)
-        return q, k, v
+    def kv_cache_bytes(self, batch_size: int, seq_len: int,
+                       dtype: torch.dtype = torch.float32) -> int:
+        """Bytes of the keys and values a decoder caches for ``seq_len`` tokens (one layer).
 
-    def forward(
-        self,
-        queries: Tensor,
-        keys: Tensor,
-        values: Tensor,
-        valid_lens: Optional[ValidLens] = None,
-        *,
-        attn_mask: Optional[Tensor] = None,
-        is_causal: bool = False,
-        kv_cache: Optional[_KVCacheLike] = None,
-        scale: Optional[float] = None,
-    ) -> Tensor:
+        ``2 * batch_size * seq_len * num_kv_heads * d_h * itemsize``: ``num_heads /
+        num_kv_heads`` times less than multi-head attention's cache.
+        """
+        check_positive_ints(batch_size=batch_size, seq_len=seq_len)
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        return 2 * batch_size * seq_len * self.num_kv_heads * self.head_size * itemsize
+
+    def forward(self, queries: Tensor, keys: Tensor, values: Tensor,
+                valid_lens: Optional[ValidLens] = None, *, attn_mask: Optional[Tensor] = None,
+                is_causal: bool = False, kv_cache: Optional[KVCacheLike] = None,
+                scale: Optional[float] = None) -> Tensor:
+        attn_mask = self._check(queries, keys, values, attn_mask, is_causal, kv_cache)
+        # 1. project, then split the hidden axis into heads (h for queries, g for keys)
+        q, k, v = self._project(queries, keys, values)
+        q = split_heads(q, self.num_heads)  # (B, h, Q, d_h)
+        k = split_heads(k, self.num_kv_heads)  # (B, g, K_new, d_h)
+        v = split_heads(v, self.num_kv_heads)  # (B, g, K_new, d_h)
+        if self.rotary:
+            q, k = self._rotate(q, k, kv_cache)
+        if kv_cache is not None:
+            k, v = kv_cache.update(k, v)  # (B, g, K, d_h): the cache plus the new keys
+        # 2. attend in every head at once; masks broadcast over the head axis
+        heads = self._attend(q, k, v, valid_lens, attn_mask, is_causal, scale)  # (B, h, Q, d_h)
+        # 3. concatenate the heads and mix them
+        return self.W_o(merge_heads(heads))  # (B, Q, num_hiddens)
+
+    def _attend(self, q: Tensor, k: Tensor, v: Tensor, valid_lens: Optional[ValidLens],
+                attn_mask: Optional[Tensor], is_causal: bool, scale: Optional[float]) -> Tensor:
+        """Scaled dot-product attention of ``(B, h, Q, d_h)`` queries over ``g`` key heads."""
+        r = self.num_heads // self.num_kv_heads
+        if r > 1:  # materialised weights need one key/value head per query head
+            k, v = k.repeat_interleave(r, dim=1), v.repeat_interleave(r, dim=1)  # (B, h, K, d_h)
+        return self.attention(q, k, v, valid_lens, attn_mask=attn_mask, is_causal=is_causal,
+                              scale=scale)  # (B, h, Q, d_h)
+
+    def _check(self, queries: Tensor, keys: Tensor, values: Tensor, attn_mask: Optional[Tensor],
+               is_causal: bool, kv_cache: Optional[KVCacheLike]) -> Optional[Tensor]:
+        """Check the inputs; return ``attn_mask`` with a head axis (``(B, Q, K)`` ->
+        ``(B, 1, Q, K)``: the same mask for every head)."""
         check_qkv(queries, keys, values, same_size=False, query_size=self.W_q.in_features,
                   key_size=self.W_k.in_features, value_size=self.W_v.in_features)
         if queries.dim() != 3:
-            raise ValueError(f"queries must have shape (B, Q, query_size), got {tuple(queries.shape)}")
+            raise ValueError(f"queries must have shape (B, Q, query_size), "
+                             f"got {tuple(queries.shape)}")
         for name, t in (("queries", queries), ("keys", keys), ("values", values)):
             check_input_dtype(name, t, self.W_q.weight.dtype)
         check_bool(is_causal=is_causal)
         check_kv_cache_chunk(kv_cache, is_causal, attn_mask, queries.shape[1])
-        if attn_mask is not None and isinstance(attn_mask, Tensor) and attn_mask.dim() == 3:
-            attn_mask = attn_mask.unsqueeze(1)  # (B, 1, Q, K): the same mask for every head
-        # 1. project, then split the hidden axis into h contiguous blocks
-        if queries is keys is values and not torch.is_grad_enabled():
-            # self-attention at inference: the three projections as one matrix product, as
-            # nn.MultiheadAttention's fast path does (about 5% faster here). Same weights and
-            # products; training keeps the three calls, the form the chapters explain.
-            q, k, v = self._project_packed(queries)
-        else:
-            q, k, v = self.W_q(queries), self.W_k(keys), self.W_v(values)
-        q = self.split_heads(q)  # (B, h, Q, d_h)
-        k = self.split_heads(k)  # (B, h, K_new, d_h)
-        v = self.split_heads(v)  # (B, h, K_new, d_h)
-        if self.rotary:  # positions: keys after the cached ones, queries the last Q of all
-            past = len(kv_cache) if kv_cache is not None else 0
-            total = past + k.shape[-2]
-            k = rotary_embedding(k, torch.arange(past, total, device=k.device))
-            q = rotary_embedding(q, torch.arange(total - q.shape[-2], total, device=q.device))
-        if kv_cache is not None:
-            k, v = kv_cache.update(k, v)  # (B, h, K, d_h): the cache plus the new keys
-        # 2. attend in every head at once; masks broadcast over the head axis
-        heads = self.attention(q, k, v, valid_lens, attn_mask=attn_mask,
-                               is_causal=is_causal, scale=scale)  # (B, h, Q, d_h)
-        # 3. concatenate the heads and mix them
-        return self.W_o(self.merge_heads(heads))  # (B, Q, num_hiddens)
+        if isinstance(attn_mask, Tensor) and attn_mask.dim() == 3:
+            return attn_mask.unsqueeze(1)  # (B, 1, Q, K)
+        return attn_mask
+
+    def _project(self, queries: Tensor, keys: Tensor,
+                 values: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+        """``W_q(queries), W_k(keys), W_v(values)``, each ``(B, T, size)``.
+
+        Self-attention at inference takes the three projections as one matrix product, as
+        ``nn.MultiheadAttention``'s fast path does (about 5% faster here): the same weights
+        and products; training keeps the three calls, the form the chapters explain.
+        """
+        if not (queries is keys is values) or torch.is_grad_enabled():
+            return self.W_q(queries), self.W_k(keys), self.W_v(values)
+        weight = torch.cat([self.W_q.weight, self.W_k.weight, self.W_v.weight])  # (nh+2gd, size)
+        bias = (None if self.W_q.bias is None
+                else torch.cat([self.W_q.bias, self.W_k.bias, self.W_v.bias]))
+        sizes = [self.W_q.out_features, self.W_k.out_features, self.W_v.out_features]
+        q, k, v = nn.functional.linear(queries, weight, bias).split(sizes, dim=-1)
+        return q, k, v
+
+    def _rotate(self, q: Tensor, k: Tensor,
+                kv_cache: Optional[KVCacheLike]) -> Tuple[Tensor, Tensor]:
+        """RoPE: keys after the cached positions, queries the last ``Q`` of all positions."""
+        past = len(kv_cache) if kv_cache is not None else 0
+        total = past + k.shape[-2]
+        k = rotary_embedding(k, torch.arange(past, total, device=k.device))
+        q = rotary_embedding(q, torch.arange(total - q.shape[-2], total, device=q.device))
+        return q, k
+
+
+class GroupedQueryAttention(MultiHeadAttention):
+    r"""Multi-head attention whose ``num_heads`` query heads share ``num_kv_heads`` key/value heads.
+
+    .. math:: \mathrm{head}_i = \mathrm{softmax}\!\Big(\frac{Q W_{q,i}^\top
+              (K W_{k,g(i)}^\top)^\top}{\sqrt{d_h}}\Big) V W_{v,g(i)}^\top, \qquad
+              g(i) = \lfloor i / r \rfloor,\ r = \texttt{num\_heads} / \texttt{num\_kv\_heads}
+
+    Query heads ``i*r ... (i+1)*r - 1`` use key/value head ``i`` (the grouping of
+    ``F.scaled_dot_product_attention(..., enable_gqa=True)``). ``num_kv_heads == num_heads`` is
+    ordinary multi-head attention; ``num_kv_heads == 1`` is multi-query attention. It is
+    :class:`MultiHeadAttention` with ``num_kv_heads`` (the same projections, checks, cache and
+    ``forward``) whose attention step is the tiled kernel instead of the materialised weights.
+    The keys and values a decoder caches shrink by the factor ``r`` (see :meth:`kv_cache_bytes`
+    and the ``kv_cache`` option), and so do the keys and values saved for the backward pass:
+    the attention is :func:`~d2lattn.flash.flash_attention` with ``enable_gqa=True``, whose
+    ``r`` query heads read their shared key/value head in one matrix product, never a copy of
+    it per query head (no dropout, no stored weights).
+
+    Args:
+        num_hiddens: total size of the query heads, ``num_heads * d_h``.
+        num_heads: h, the number of query heads; must divide ``num_hiddens``.
+        num_kv_heads: g, the number of key/value heads; must divide ``num_heads``.
+        bias: whether the four projections have a bias.
+        query_size, key_size, value_size: keyword-only input sizes (default ``num_hiddens``).
+        block_size: keyword-only tile size passed to :func:`~d2lattn.flash.flash_attention`.
+        rotary: keyword-only; rotary position embedding, as in :class:`MultiHeadAttention`.
+
+    Parameters:
+        W_q: ``nn.Linear(query_size, num_hiddens)``; W_k, W_v: ``nn.Linear(key_size|value_size,
+        num_kv_heads * d_h)``; W_o: ``nn.Linear(num_hiddens, num_hiddens)``.
+
+    Shapes (``forward``):
+        queries ``(B, Q, query_size)``, keys ``(B, K, key_size)``, values ``(B, K, value_size)``
+        of the parameters' dtype; ``valid_lens`` ``None``, ``(B,)`` or ``(B, Q)``.
+        Keyword-only: ``attn_mask`` (bool or float, over the ``h`` query heads, as in
+        :class:`MultiHeadAttention`: ``(Q, K)``, ``(B, Q, K)``, ``(B, 1|h, Q, K)``),
+        ``is_causal``, ``scale`` and ``kv_cache`` (a :class:`~d2lattn.KVCache`: the new keys
+        and values ``(B, g, K_new, d_h)`` are appended to it and attention runs over all it
+        holds; a chunk of several queries needs ``is_causal=True`` or an ``attn_mask``).
+        Returns ``(B, Q, num_hiddens)``.
+
+    Raises:
+        ValueError: at construction if a size is not a positive integer or does not divide as
+            required; in ``forward`` on mismatched shapes or dtypes, bad ``valid_lens`` or
+            masks, or a ``kv_cache`` with ``is_causal=False`` and several new queries.
+
+    Example:
+        >>> gqa = GroupedQueryAttention(num_hiddens=16, num_heads=4, num_kv_heads=2)
+        >>> X = torch.ones(2, 5, 16)
+        >>> gqa(X, X, X, is_causal=True).shape
+        torch.Size([2, 5, 16])
+        >>> gqa.W_k.weight.shape, gqa.kv_cache_bytes(batch_size=1, seq_len=100)
+        (torch.Size([8, 16]), 6400)
+
+    Source: Ainslie et al. (2023), "GQA", section 2.2; Shazeer (2019), "Fast transformer
+    decoding: one write-head is all you need" (multi-query attention); book chapter 9.
+    """
+
+    def __init__(
+        self,
+        num_hiddens: int,
+        num_heads: int,
+        num_kv_heads: int,
+        bias: bool = False,
+        *,
+        query_size: Optional[int] = None,
+        key_size: Optional[int] = None,
+        value_size: Optional[int] = None,
+        block_size: int = DEFAULT_BLOCK_SIZE,
+        rotary: bool = False,
+    ) -> None:
+        check_positive_ints(num_kv_heads=num_kv_heads, block_size=block_size)
+        super().__init__(num_hiddens, num_heads, 0.0, bias, query_size=query_size,
+                         key_size=key_size, value_size=value_size, rotary=rotary,
+                         num_kv_heads=num_kv_heads)
+        self.block_size = block_size
+
+    @property
+    def attention_weights(self) -> Optional[Tensor]:
+        """Always ``None``: the tiled kernel never holds the weights."""
+        return None
+
+    def _attend(self, q: Tensor, k: Tensor, v: Tensor, valid_lens: Optional[ValidLens],
+                attn_mask: Optional[Tensor], is_causal: bool, scale: Optional[float]) -> Tensor:
+        """Every group of ``h / g`` query heads reads its key/value head (no copies)."""
+        return flash_attention(q, k, v, valid_lens=valid_lens, attn_mask=attn_mask,
+                               is_causal=is_causal, scale=scale, enable_gqa=True,
+                               block_size=self.block_size)  # (B, h, Q, d_h)

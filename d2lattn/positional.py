@@ -8,7 +8,13 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_bool, check_dropout, check_non_negative_ints, check_positive_ints
+from ._checks import (
+    check_bool,
+    check_dropout,
+    check_non_negative_ints,
+    check_positions_input,
+    check_positive_ints,
+)
 
 __all__ = [
     "sinusoidal_positional_encoding",
@@ -103,13 +109,8 @@ class PositionalEncoding(nn.Module):
         return self.P.shape[0]
 
     def forward(self, X: Tensor) -> Tensor:
-        if not isinstance(X, Tensor) or not X.is_floating_point() or X.dim() < 2:
-            raise ValueError("X must be a floating-point tensor of shape (B, T, num_hiddens)")
-        T, d = X.shape[-2], X.shape[-1]
-        if d != self.P.shape[1]:
-            raise ValueError(f"X must have last axis num_hiddens = {self.P.shape[1]}, got {d}")
-        if T > self.max_len:
-            raise ValueError(f"sequence length {T} exceeds max_len = {self.max_len}")
+        check_positions_input(X, self.P.shape[1], self.max_len)
+        T = X.shape[-2]
         return self.dropout(X + self.P[:T].to(X.dtype))  # (B, T, d)
 
 
@@ -222,16 +223,9 @@ class LearnedPositionalEmbedding(nn.Module):
         return self.embedding.weight
 
     def forward(self, X: Tensor) -> Tensor:
-        if not isinstance(X, Tensor) or not X.is_floating_point() or X.dim() < 2:
-            raise ValueError("X must be a floating-point tensor of shape (B, T, num_hiddens)")
-        T, d = X.shape[-2], X.shape[-1]
-        if d != self.embedding.embedding_dim:
-            raise ValueError(
-                f"X must have last axis num_hiddens = {self.embedding.embedding_dim}, got {d}"
-            )
-        if T > self.max_len:
-            raise ValueError(f"sequence length {T} exceeds max_len = {self.max_len}: "
-                             "a learned table has no row for a later position")
+        check_positions_input(X, self.embedding.embedding_dim, self.max_len,
+                              ": a learned table has no row for a later position")
+        T = X.shape[-2]
         return self.dropout(X + self.embedding.weight[:T].to(X.dtype))  # (B, T, d)
 
 

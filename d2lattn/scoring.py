@@ -7,26 +7,29 @@ Every class here computes, for queries ``(B, Q, d)``, keys ``(B, K, d)`` and val
     weights = masked_softmax(scores, valid_lens)     # (B, Q, K)   normalize
     output  = dropout(weights) @ values              # (B, Q, v)   pool
 
-and differs only in the scoring function ``a``.
+and differs only in the scoring function ``a``: :class:`Attention` does the three steps, and
+each layer defines only its :meth:`~Attention.score`.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from typing import Callable, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
 
-from ._checks import (  # check_qkv and check_positive_ints: public, re-exported here
+from ._checks import (
     ValidLens,
     check_bool,
+    check_broadcast,
     check_dropout as _check_dropout,
     check_positive as _check_positive,
     check_positive_ints,
     check_qkv,
     check_scale,
+    check_scores_shape,
     check_scores_args as _check_scores_args,
     split_attn_mask,
 )
@@ -34,9 +37,7 @@ from .masking import causal_mask, masked_softmax
 
 __all__ = [
     "DotProductAttention",
-    "check_positive_ints",
     "AdditiveAttention",
-    "check_qkv",
     "ScoreFn",
     "dot_product_scores",
     "cosine_scores",
@@ -102,189 +103,26 @@ def _bias_and_keep(bias: Tensor) -> Tuple[Tensor, Optional[Tensor]]:
     return bias.masked_fill(forbidden, 0.0), ~forbidden
 
 
-def _add_bias(scores: Tensor, bias: Tensor) -> Tensor:
-    """``scores + bias``, in place; ``ValueError`` if ``bias`` would enlarge the scores."""
-    try:
-        shape = torch.broadcast_shapes(bias.shape, scores.shape)
-    except RuntimeError:
-        shape = None
-    if shape != scores.shape:
-        raise ValueError(f"attn_mask of shape {tuple(bias.shape)} does not broadcast to the "
-                         f"scores' shape {tuple(scores.shape)}")
-    return scores.add_(bias.to(scores.device))
+def _add_bias(scores: Tensor, bias: Tensor, *, inplace: bool) -> Tensor:
+    """``scores + bias`` (in place if allowed); ``ValueError`` if ``bias`` would enlarge the
+    scores."""
+    check_broadcast(bias, scores.shape, "attn_mask", "the scores' shape")
+    bias = bias.to(scores.device)
+    return scores.add_(bias) if inplace else scores + bias
 
 
-class DotProductAttention(nn.Module):
-    r"""Scaled dot-product attention.
+def _masks(attn_mask: Optional[Tensor], is_causal: bool,
+           scores: Tensor) -> Tuple[Optional[Tensor], Optional[Tensor]]:
+    """``attn_mask`` and ``is_causal`` as one bool mask and a finite float bias (each or both
+    ``None``); a bias's ``-inf`` entries join the bool mask, so a query left with no key gets
+    zero weights, not NaN."""
+    Q, K = scores.shape[-2], scores.shape[-1]
+    bool_mask, bias = split_attn_mask(attn_mask, Q, K)  # at most one is not None
+    if bias is not None:
+        bias, bool_mask = _bias_and_keep(bias.to(scores.dtype))
+    mask = combine_masks(bool_mask, is_causal, Q, K, device=scores.device)
+    return mask, bias
 
-    .. math:: \mathrm{softmax}\!\left(\frac{Q K^\top}{\sqrt{d}}\right) V
-
-    Args:
-        dropout: probability of zeroing an attention weight during training (after the
-            softmax, before pooling), in ``[0, 1)``.
-
-    Shapes (``forward``):
-        queries ``(B, ..., Q, d)``, keys ``(B, ..., K, d)``, values ``(B, ..., K, v)``, all
-        float of one dtype; ``valid_lens`` ``None``, ``(B,)`` or ``(B, Q)`` integers in
-        ``[0, K]``. Returns ``(B, ..., Q, v)``. Extra middle axes (heads) are allowed.
-
-    Masks and options (``forward``, keyword-only):
-        attn_mask: ``None``; a bool tensor broadcastable to the scores ``(B, ..., Q, K)``,
-            **True = may attend** (as in ``F.scaled_dot_product_attention``), for example
-            ``(Q, K)``, ``(B, 1, K)`` or ``(B, h, Q, K)``; or a float tensor of such a shape
-            *added* to the scaled scores (SDPA's float ``attn_mask``: a bias such as
-            :func:`d2lattn.positional.alibi_bias`; ``-inf`` forbids a key).
-        is_causal: if True, query ``i`` may attend to key ``j`` only if ``j <= i + (K - Q)``
-            (:func:`d2lattn.masking.causal_mask`, lower-right aligned: with ``Q < K`` the
-            queries are the last ``Q`` positions and see every earlier key, as when decoding
-            with a KV cache).
-
-        scale: the factor of the dot products; ``None`` means ``1 / sqrt(d)``.
-
-        ``valid_lens``, ``attn_mask`` and ``is_causal`` combine with AND: a key gets weight
-        only if every one of them allows it. A query left with no key (``-inf`` biases
-        included) gets all-zero weights, never NaN.
-
-    Attributes:
-        attention_weights: the weights of the last call, ``(B, ..., Q, K)``, detached, taken
-            before dropout (what the model attends to, not the random mask of one step).
-
-    Raises:
-        ValueError: from ``forward`` on mismatched shapes, bad ``valid_lens`` (see
-            :func:`d2lattn.masked_softmax`), an ``attn_mask`` that is neither bool nor float
-            or does not broadcast to ``(B, ..., Q, K)``, a non-bool ``is_causal`` or a
-            non-positive ``scale``; from the constructor if ``dropout`` is outside ``[0, 1)``.
-
-    Example:
-        >>> attn = DotProductAttention()
-        >>> attn(torch.ones(2, 1, 4), torch.ones(2, 10, 4), torch.ones(2, 10, 3)).shape
-        torch.Size([2, 1, 3])
-        >>> X = torch.ones(1, 3, 4)
-        >>> _ = attn(X, X, X, is_causal=True)
-        >>> attn.attention_weights[0]
-        tensor([[1.0000, 0.0000, 0.0000],
-                [0.5000, 0.5000, 0.0000],
-                [0.3333, 0.3333, 0.3333]])
-
-    Source: Vaswani et al. (2017), "Attention Is All You Need", equation (1).
-    """
-
-    attention_weights: Optional[Tensor]
-
-    def __init__(self, dropout: float = 0.0) -> None:
-        super().__init__()
-        _check_dropout(dropout)
-        self.dropout = nn.Dropout(dropout)
-        self.attention_weights = None
-
-    def forward(
-        self,
-        queries: Tensor,
-        keys: Tensor,
-        values: Tensor,
-        valid_lens: Optional[ValidLens] = None,
-        *,
-        attn_mask: Optional[Tensor] = None,
-        is_causal: bool = False,
-        scale: Optional[float] = None,
-    ) -> Tensor:
-        check_qkv(queries, keys, values, same_size=True)
-        check_scale(scale)
-        Q, K = queries.shape[-2], keys.shape[-2]
-        bool_mask, bias = split_attn_mask(attn_mask, Q, K)  # at most one is not None
-        if bias is not None:
-            bias, bool_mask = _bias_and_keep(bias.to(queries.dtype))
-        mask = combine_masks(bool_mask, is_causal, Q, K,
-                             device=queries.device)  # None or bool, broadcastable
-        self.attention_weights = None  # let the last call's (B, ..., Q, K) weights go first
-        # 1. score; scaling the queries (Q*d numbers) instead of the scores (Q*K) gives the
-        #    same result with fewer multiplications whenever d < K.
-        if scale is None:
-            scale = 1.0 / math.sqrt(queries.shape[-1])
-        scores = (queries * scale) @ keys.transpose(-2, -1)  # (B, ..., Q, K)
-        if bias is not None:  # a float attn_mask is added to the scaled scores, as in SDPA
-            scores = _add_bias(scores, bias)
-        # 2. normalize; `scores` is ours alone, so masking may overwrite it in place
-        weights = masked_softmax(scores, valid_lens, mask, inplace=True)  # (B, ..., Q, K)
-        self.attention_weights = weights.detach()
-        # 3. pool
-        return self.dropout(weights) @ values  # (B, ..., Q, v)
-
-
-class AdditiveAttention(nn.Module):
-    r"""Additive (MLP) attention, for queries and keys of different sizes.
-
-    .. math:: a(\mathbf q, \mathbf k) = \mathbf w_v^\top \tanh(\mathbf W_q \mathbf q +
-              \mathbf W_k \mathbf k)
-
-    Args:
-        query_size: d_q, the feature size of the queries.
-        key_size: d_k, the feature size of the keys.
-        num_hiddens: h, the width of the hidden layer.
-        dropout: probability of zeroing an attention weight during training, in ``[0, 1)``.
-
-    Parameters:
-        W_q: ``nn.Linear(query_size, num_hiddens, bias=False)``.
-        W_k: ``nn.Linear(key_size, num_hiddens, bias=False)``.
-        w_v: ``nn.Linear(num_hiddens, 1, bias=False)``.
-
-    Shapes (``forward``):
-        queries ``(B, ..., Q, d_q)``, keys ``(B, ..., K, d_k)``, values ``(B, ..., K, v)``;
-        ``valid_lens`` as in :class:`DotProductAttention`. Returns ``(B, ..., Q, v)``.
-        Memory: the hidden features take ``B*Q*K*num_hiddens`` numbers.
-
-    Attributes:
-        attention_weights: ``(B, ..., Q, K)`` weights of the last call, detached, before dropout.
-
-    Raises:
-        ValueError: bad sizes in the constructor; in ``forward``, mismatched shapes, feature
-            sizes other than ``query_size``/``key_size``, or bad ``valid_lens``.
-
-    Example:
-        >>> attn = AdditiveAttention(query_size=20, key_size=2, num_hiddens=8)
-        >>> attn(torch.ones(2, 1, 20), torch.ones(2, 10, 2), torch.ones(2, 10, 4)).shape
-        torch.Size([2, 1, 4])
-
-    Source: Bahdanau, Cho and Bengio (2015), appendix A.1.2; d2l.ai section 11.3.
-    """
-
-    attention_weights: Optional[Tensor]
-
-    def __init__(self, query_size: int, key_size: int, num_hiddens: int, dropout: float = 0.0) -> None:
-        super().__init__()
-        check_positive_ints(query_size=query_size, key_size=key_size, num_hiddens=num_hiddens)
-        _check_dropout(dropout)
-        self.W_q = nn.Linear(query_size, num_hiddens, bias=False)
-        self.W_k = nn.Linear(key_size, num_hiddens, bias=False)
-        self.w_v = nn.Linear(num_hiddens, 1, bias=False)
-        self.dropout = nn.Dropout(dropout)
-        self.attention_weights = None
-
-    def forward(
-        self,
-        queries: Tensor,
-        keys: Tensor,
-        values: Tensor,
-        valid_lens: Optional[ValidLens] = None,
-    ) -> Tensor:
-        check_qkv(queries, keys, values, same_size=False,
-                  query_size=self.W_q.in_features, key_size=self.W_k.in_features)
-        # 1. score: broadcast every query against every key in the hidden space.
-        q = self.W_q(queries).unsqueeze(-2)  # (B, ..., Q, 1, h)
-        k = self.W_k(keys).unsqueeze(-3)  # (B, ..., 1, K, h)
-        scores = self.w_v(torch.tanh(q + k)).squeeze(-1)  # (B, ..., Q, K)
-        # 2. normalize
-        weights = masked_softmax(scores, valid_lens)  # (B, ..., Q, K)
-        self.attention_weights = weights.detach()
-        # 3. pool
-        return self.dropout(weights) @ values  # (B, ..., Q, v)
-
-
-# ---------------------------------------------------------------------------------------------
-# More scoring functions (chapter 4). A *score function* maps queries (B, ..., Q, d) and keys
-# (B, ..., K, d) to scores (B, ..., Q, K); ``Attention`` wraps any of them into a layer that
-# normalizes with masked softmax and pools the values, exactly like the two classes above.
-# ---------------------------------------------------------------------------------------------
 
 ScoreFn = Callable[[Tensor, Tensor], Tensor]
 
@@ -416,10 +254,14 @@ def gaussian_scores(queries: Tensor, keys: Tensor, *, bandwidth: float = 1.0) ->
 class Attention(nn.Module):
     r"""Attention with any score function: score, masked softmax, dropout, weighted sum.
 
+    The base of every attention layer here: a subclass defines :meth:`score` (dot product,
+    additive, bilinear) and inherits the rest, the masks and options included.
+
     .. math:: \mathrm{softmax}\big(a(Q, K)\big)\, V
 
     Args:
-        score_fn: a function ``(queries, keys) -> scores`` mapping ``(B, ..., Q, d)`` and
+        score_fn: ``None`` in a subclass that defines :meth:`score`; otherwise a function
+            ``(queries, keys) -> scores`` mapping ``(B, ..., Q, d)`` and
             ``(B, ..., K, d)`` to ``(B, ..., Q, K)``, such as :func:`dot_product_scores`,
             :func:`cosine_scores` or :func:`gaussian_scores`; use ``functools.partial`` to fix
             keyword options (``partial(cosine_scores, temperature=0.1)``). It may hold
@@ -431,13 +273,32 @@ class Attention(nn.Module):
         (``score_fn`` decides whether ``d_q`` must equal ``d_k``); ``valid_lens`` ``None``,
         ``(B,)`` or ``(B, Q)`` integers in ``[0, K]``. Returns ``(B, ..., Q, v)``.
 
+    Options (``forward``, keyword-only; the same for every layer built on :class:`Attention`):
+        attn_mask: ``None``; a bool tensor broadcastable to the scores ``(B, ..., Q, K)``,
+            **True = may attend** (as in ``F.scaled_dot_product_attention``), for example
+            ``(Q, K)``, ``(B, 1, K)`` or ``(B, h, Q, K)``; or a float tensor of such a shape
+            *added* to the scaled scores (SDPA's float ``attn_mask``: a bias such as
+            :func:`d2lattn.positional.alibi_bias`; ``-inf`` forbids a key).
+        is_causal: if True, query ``i`` may attend to key ``j`` only if ``j <= i + (K - Q)``
+            (:func:`d2lattn.masking.causal_mask`, lower-right aligned: with ``Q < K`` the
+            queries are the last ``Q`` positions and see every earlier key, as when decoding
+            with a KV cache).
+        scale: a factor of the scores; ``None`` means the layer's own (``1 / sqrt(d)`` for
+            dot products, 1 for the other scores).
+
+        ``valid_lens``, ``attn_mask`` and ``is_causal`` combine with AND: a key gets weight
+        only if every one of them allows it. A query left with no key (``-inf`` biases
+        included) gets all-zero weights, never NaN.
+
     Attributes:
         attention_weights: ``(B, ..., Q, K)`` weights of the last call, detached, before dropout.
 
     Raises:
-        ValueError: from the constructor if ``score_fn`` is not callable or ``dropout`` is
-            outside ``[0, 1)``; from ``forward`` on mismatched shapes, bad ``valid_lens``, or
-            scores of a shape other than ``(B, ..., Q, K)``.
+        ValueError: from the constructor if ``score_fn`` is not callable (or ``None`` without
+            a :meth:`score` of a subclass) or ``dropout`` is outside ``[0, 1)``; from
+            ``forward`` on mismatched shapes, bad ``valid_lens`` or masks, a non-bool
+            ``is_causal``, a non-positive ``scale``, or scores of a shape other than
+            ``(B, ..., Q, K)``.
 
     Example:
         >>> attn = Attention(dot_product_scores)
@@ -450,51 +311,169 @@ class Attention(nn.Module):
 
     attention_weights: Optional[Tensor]
 
-    def __init__(self, score_fn: ScoreFn, dropout: float = 0.0) -> None:
+    def __init__(self, score_fn: Optional[ScoreFn] = None, dropout: float = 0.0) -> None:
         super().__init__()
-        if not callable(score_fn):
+        own_score = type(self).score is not Attention.score
+        if not (callable(score_fn) or (score_fn is None and own_score)):
             raise ValueError(f"score_fn must be callable, got {type(score_fn).__name__}")
         _check_dropout(dropout)
-        self.score_fn = score_fn
+        if score_fn is not None:
+            self.score_fn = score_fn
+        self._scores_are_new = own_score  # a subclass's score() returns a fresh tensor
         self.dropout = nn.Dropout(dropout)
         self.attention_weights = None
 
-    def forward(
-        self,
-        queries: Tensor,
-        keys: Tensor,
-        values: Tensor,
-        valid_lens: Optional[ValidLens] = None,
-    ) -> Tensor:
-        check_qkv(queries, keys, values, same_size=False)
-        expected = (*queries.shape[:-1], keys.shape[-2])  # (B, ..., Q, K)
+    def score(self, queries: Tensor, keys: Tensor, scale: Optional[float] = None) -> Tensor:
+        """Scores ``(B, ..., Q, K)`` of queries ``(B, ..., Q, d_q)`` against keys
+        ``(B, ..., K, d_k)``, times ``scale`` if given."""
+        scores = self.score_fn(queries, keys)
+        return scores if scale is None else scores * scale
+
+    def forward(self, queries: Tensor, keys: Tensor, values: Tensor,
+                valid_lens: Optional[ValidLens] = None, *, attn_mask: Optional[Tensor] = None,
+                is_causal: bool = False, scale: Optional[float] = None) -> Tensor:
+        check_qkv(queries, keys, values, **self._input_sizes())
+        check_scale(scale)
+        self.attention_weights = None  # let the last call's (B, ..., Q, K) weights go first
         # 1. score
-        scores = self.score_fn(queries, keys)  # (B, ..., Q, K)
-        if not isinstance(scores, Tensor) or tuple(scores.shape) != expected:
-            got = tuple(scores.shape) if isinstance(scores, Tensor) else type(scores).__name__
-            raise ValueError(f"score_fn must return scores of shape (B, ..., Q, K) = {expected}, "
-                             f"got {got}")
-        # 2. normalize
-        weights = masked_softmax(scores, valid_lens)  # (B, ..., Q, K)
+        scores = self.score(queries, keys, scale)  # (B, ..., Q, K)
+        check_scores_shape(scores, queries, keys)
+        # 2. normalize: masks (and a float bias) first
+        mask, bias = _masks(attn_mask, is_causal, scores)
+        if bias is not None:  # a float attn_mask is added to the scaled scores, as in SDPA
+            scores = _add_bias(scores, bias, inplace=self._scores_are_new)
+        weights = masked_softmax(scores, valid_lens, mask,
+                                 inplace=self._scores_are_new)  # (B, ..., Q, K)
         self.attention_weights = weights.detach()
         # 3. pool
         return self.dropout(weights) @ values  # (B, ..., Q, v)
 
+    def _input_sizes(self) -> Dict[str, object]:
+        """What :meth:`score` needs of the inputs' sizes (``check_qkv``'s options)."""
+        return {"same_size": False}
+
     def extra_repr(self) -> str:
-        if isinstance(self.score_fn, nn.Module):
-            return ""  # printed as a submodule
+        if not hasattr(self, "score_fn") or isinstance(self.score_fn, nn.Module):
+            return ""  # a subclass's score, or a submodule printed as such
         return f"score_fn={_describe(self.score_fn)}"
 
 
-def _describe(fn: Callable[..., Tensor]) -> str:
-    """A short, address-free name for a score function (``partial`` objects included)."""
-    if isinstance(fn, functools.partial):
-        options = ", ".join(f"{k}={v!r}" for k, v in fn.keywords.items())
-        return f"partial({_describe(fn.func)}{', ' if options else ''}{options})"
-    return getattr(fn, "__qualname__", type(fn).__name__)
+class DotProductAttention(Attention):
+    r"""Scaled dot-product attention.
+
+    .. math:: \mathrm{softmax}\!\left(\frac{Q K^\top}{\sqrt{d}}\right) V
+
+    Args:
+        dropout: probability of zeroing an attention weight during training (after the
+            softmax, before pooling), in ``[0, 1)``.
+
+    Shapes (``forward``):
+        queries ``(B, ..., Q, d)``, keys ``(B, ..., K, d)``, values ``(B, ..., K, v)``, all
+        float of one dtype; ``valid_lens`` ``None``, ``(B,)`` or ``(B, Q)`` integers in
+        ``[0, K]``. Returns ``(B, ..., Q, v)``. Extra middle axes (heads) are allowed.
+
+    Options (``forward``): ``attn_mask``, ``is_causal`` and ``scale`` (default ``1 / sqrt(d)``),
+    as in :class:`Attention`.
+
+    Attributes:
+        attention_weights: the weights of the last call, ``(B, ..., Q, K)``, detached, taken
+            before dropout (what the model attends to, not the random mask of one step).
+
+    Raises:
+        ValueError: from ``forward`` on mismatched shapes, bad ``valid_lens`` (see
+            :func:`d2lattn.masked_softmax`), an ``attn_mask`` that is neither bool nor float
+            or does not broadcast to ``(B, ..., Q, K)``, a non-bool ``is_causal`` or a
+            non-positive ``scale``; from the constructor if ``dropout`` is outside ``[0, 1)``.
+
+    Example:
+        >>> attn = DotProductAttention()
+        >>> attn(torch.ones(2, 1, 4), torch.ones(2, 10, 4), torch.ones(2, 10, 3)).shape
+        torch.Size([2, 1, 3])
+        >>> X = torch.ones(1, 3, 4)
+        >>> _ = attn(X, X, X, is_causal=True)
+        >>> attn.attention_weights[0]
+        tensor([[1.0000, 0.0000, 0.0000],
+                [0.5000, 0.5000, 0.0000],
+                [0.3333, 0.3333, 0.3333]])
+
+    Source: Vaswani et al. (2017), "Attention Is All You Need", equation (1).
+    """
+
+    def __init__(self, dropout: float = 0.0) -> None:
+        super().__init__(dropout=dropout)
+
+    def score(self, queries: Tensor, keys: Tensor, scale: Optional[float] = None) -> Tensor:
+        """``scale * queries @ keys^T``, ``scale = 1 / sqrt(d)`` by default; ``(B, ..., Q, K)``.
+
+        Scaling the queries (``Q*d`` numbers) instead of the scores (``Q*K``) gives the same
+        result with fewer multiplications whenever ``d < K``.
+        """
+        if scale is None:
+            scale = 1.0 / math.sqrt(queries.shape[-1])
+        return (queries * scale) @ keys.transpose(-2, -1)  # (B, ..., Q, K)
+
+    def _input_sizes(self) -> Dict[str, object]:
+        return {"same_size": True}
 
 
-class BilinearAttention(nn.Module):
+class AdditiveAttention(Attention):
+    r"""Additive (MLP) attention, for queries and keys of different sizes.
+
+    .. math:: a(\mathbf q, \mathbf k) = \mathbf w_v^\top \tanh(\mathbf W_q \mathbf q +
+              \mathbf W_k \mathbf k)
+
+    Args:
+        query_size: d_q, the feature size of the queries.
+        key_size: d_k, the feature size of the keys.
+        num_hiddens: h, the width of the hidden layer.
+        dropout: probability of zeroing an attention weight during training, in ``[0, 1)``.
+
+    Parameters:
+        W_q: ``nn.Linear(query_size, num_hiddens, bias=False)``.
+        W_k: ``nn.Linear(key_size, num_hiddens, bias=False)``.
+        w_v: ``nn.Linear(num_hiddens, 1, bias=False)``.
+
+    Shapes (``forward``):
+        queries ``(B, ..., Q, d_q)``, keys ``(B, ..., K, d_k)``, values ``(B, ..., K, v)``;
+        ``valid_lens``, ``attn_mask``, ``is_causal`` and ``scale`` (default 1) as in
+        :class:`Attention`. Returns ``(B, ..., Q, v)``. Memory: the hidden features take ``B*Q*K*num_hiddens`` numbers.
+
+    Attributes:
+        attention_weights: ``(B, ..., Q, K)`` weights of the last call, detached, before dropout.
+
+    Raises:
+        ValueError: bad sizes in the constructor; in ``forward``, mismatched shapes, feature
+            sizes other than ``query_size``/``key_size``, or bad ``valid_lens``.
+
+    Example:
+        >>> attn = AdditiveAttention(query_size=20, key_size=2, num_hiddens=8)
+        >>> attn(torch.ones(2, 1, 20), torch.ones(2, 10, 2), torch.ones(2, 10, 4)).shape
+        torch.Size([2, 1, 4])
+
+    Source: Bahdanau, Cho and Bengio (2015), appendix A.1.2; d2l.ai section 11.3.
+    """
+
+    def __init__(self, query_size: int, key_size: int, num_hiddens: int,
+                 dropout: float = 0.0) -> None:
+        check_positive_ints(query_size=query_size, key_size=key_size, num_hiddens=num_hiddens)
+        super().__init__(dropout=dropout)
+        self.W_q = nn.Linear(query_size, num_hiddens, bias=False)
+        self.W_k = nn.Linear(key_size, num_hiddens, bias=False)
+        self.w_v = nn.Linear(num_hiddens, 1, bias=False)
+
+    def score(self, queries: Tensor, keys: Tensor, scale: Optional[float] = None) -> Tensor:
+        """``w_v^T tanh(W_q q + W_k k)`` for every query and key: broadcast in the hidden space."""
+        q = self.W_q(queries).unsqueeze(-2)  # (B, ..., Q, 1, h)
+        k = self.W_k(keys).unsqueeze(-3)  # (B, ..., 1, K, h)
+        scores = self.w_v(torch.tanh(q + k)).squeeze(-1)  # (B, ..., Q, K)
+        return scores if scale is None else scores * scale
+
+    def _input_sizes(self) -> Dict[str, object]:
+        return {"same_size": False, "query_size": self.W_q.in_features,
+                "key_size": self.W_k.in_features}
+
+
+class BilinearAttention(Attention):
     r"""Bilinear ("general") attention: the score is ``q^T W k`` for a learned matrix ``W``.
 
     .. math:: a(\mathbf q, \mathbf k) = \mathbf q^\top \mathbf W_b\, \mathbf k, \qquad
@@ -516,7 +495,8 @@ class BilinearAttention(nn.Module):
 
     Shapes (``forward``):
         queries ``(B, ..., Q, d_q)``, keys ``(B, ..., K, d_k)``, values ``(B, ..., K, v)``;
-        ``valid_lens`` as in :class:`DotProductAttention`. Returns ``(B, ..., Q, v)``.
+        ``valid_lens``, ``attn_mask``, ``is_causal`` and ``scale`` (default 1) as in
+        :class:`Attention`. Returns ``(B, ..., Q, v)``.
 
     Attributes:
         attention_weights: ``(B, ..., Q, K)`` weights of the last call, detached, before dropout.
@@ -535,30 +515,25 @@ class BilinearAttention(nn.Module):
     Source: Luong, Pham and Manning (2015), section 3.1, the "general" score.
     """
 
-    attention_weights: Optional[Tensor]
-
     def __init__(self, query_size: int, key_size: int, dropout: float = 0.0) -> None:
-        super().__init__()
         check_positive_ints(query_size=query_size, key_size=key_size)
-        _check_dropout(dropout)
+        super().__init__(dropout=dropout)
         self.W_b = nn.Linear(key_size, query_size, bias=False)
-        self.dropout = nn.Dropout(dropout)
-        self.attention_weights = None
 
-    def forward(
-        self,
-        queries: Tensor,
-        keys: Tensor,
-        values: Tensor,
-        valid_lens: Optional[ValidLens] = None,
-    ) -> Tensor:
-        check_qkv(queries, keys, values, same_size=False,
-                  query_size=self.W_b.out_features, key_size=self.W_b.in_features)
-        # 1. score: map every key into query space, then take dot products.
+    def score(self, queries: Tensor, keys: Tensor, scale: Optional[float] = None) -> Tensor:
+        """``q^T W_b k``: map every key into query space, then take dot products."""
         keys_in_query_space = self.W_b(keys)  # (B, ..., K, d_q)
         scores = queries @ keys_in_query_space.transpose(-2, -1)  # (B, ..., Q, K)
-        # 2. normalize
-        weights = masked_softmax(scores, valid_lens)  # (B, ..., Q, K)
-        self.attention_weights = weights.detach()
-        # 3. pool
-        return self.dropout(weights) @ values  # (B, ..., Q, v)
+        return scores if scale is None else scores * scale
+
+    def _input_sizes(self) -> Dict[str, object]:
+        return {"same_size": False, "query_size": self.W_b.out_features,
+                "key_size": self.W_b.in_features}
+
+
+def _describe(fn: Callable[..., Tensor]) -> str:
+    """A short, address-free name for a score function (``partial`` objects included)."""
+    if isinstance(fn, functools.partial):
+        options = ", ".join(f"{k}={v!r}" for k, v in fn.keywords.items())
+        return f"partial({_describe(fn.func)}{', ' if options else ''}{options})"
+    return getattr(fn, "__qualname__", type(fn).__name__)

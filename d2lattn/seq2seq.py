@@ -23,8 +23,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ._checks import (
+    check_decoder_args,
+    check_lengths,
+    check_positive_ints,
+    check_tokens,
+)
 from .data import CharVocab
-from .scoring import check_positive_ints
 
 __all__ = [
     "AttentionDecoder",
@@ -43,26 +48,6 @@ __all__ = [
 
 DecoderState = Tuple[Tensor, Tensor, Tensor]
 """``(enc_outputs (B, T, H), enc_valid_lens (B,), hidden (1, B, H))``."""
-
-
-def _check_tokens(name: str, X: Tensor, vocab_size: int) -> None:
-    if not isinstance(X, Tensor) or X.dtype != torch.long or X.dim() != 2:
-        raise ValueError(f"{name} must be a LongTensor of shape (B, T), got "
-                         f"{X.dtype if isinstance(X, Tensor) else type(X).__name__} of shape "
-                         f"{tuple(X.shape) if isinstance(X, Tensor) else '?'}")
-    if X.numel() and (int(X.min()) < 0 or int(X.max()) >= vocab_size):
-        raise ValueError(f"{name} entries must lie in [0, {vocab_size}) (the vocabulary size), "
-                         f"got values in [{int(X.min())}, {int(X.max())}]")
-
-
-def _check_lens(name: str, valid_lens: Tensor, B: int, T: int) -> None:
-    if not isinstance(valid_lens, Tensor) or valid_lens.dim() != 1 or valid_lens.shape[0] != B \
-            or valid_lens.dtype in (torch.bool,) or valid_lens.is_floating_point():
-        raise ValueError(f"{name} must be an integer tensor of shape (B,) = ({B},), got "
-                         f"{valid_lens!r}")
-    if B and (int(valid_lens.min()) < 1 or int(valid_lens.max()) > T):
-        raise ValueError(f"{name} entries must lie in [1, {T}] (the padded length), got values "
-                         f"in [{int(valid_lens.min())}, {int(valid_lens.max())}]")
 
 
 class Seq2SeqEncoder(nn.Module):
@@ -109,9 +94,9 @@ class Seq2SeqEncoder(nn.Module):
         self.rnn = nn.GRU(embed_size, num_hiddens, batch_first=True)
 
     def forward(self, X: Tensor, valid_lens: Tensor) -> Tuple[Tensor, Tensor]:
-        _check_tokens("X", X, self.vocab_size)
+        check_tokens(X, "X", vocab_size=self.vocab_size)
         B, T = X.shape
-        _check_lens("valid_lens", valid_lens, B, T)
+        check_lengths("valid_lens", valid_lens, B, T)
         emb = self.embedding(X)  # (B, T, E)
         outputs, _ = self.rnn(emb)  # (B, T, H)
         # the state after each sequence's last real character (causal: padding comes later)
@@ -176,7 +161,7 @@ class Seq2SeqDecoder(nn.Module):
         return enc_outputs, enc_valid_lens, enc_state
 
     def forward(self, Y: Tensor, state: DecoderState) -> Tuple[Tensor, DecoderState]:
-        _check_tokens("Y", Y, self.vocab_size)
+        check_tokens(Y, "Y", vocab_size=self.vocab_size)
         enc_outputs, enc_valid_lens, hidden = state
         B, U = Y.shape
         # the fixed context: the encoder's final state (top layer), the same at every step
@@ -242,13 +227,7 @@ class AttentionDecoder(nn.Module):
     def __init__(self, vocab_size: int, embed_size: int, num_hiddens: int, attention: nn.Module,
                  *, context_size: Optional[int] = None) -> None:
         super().__init__()
-        check_positive_ints(vocab_size=vocab_size, embed_size=embed_size,
-                            num_hiddens=num_hiddens)
-        if context_size is not None:
-            check_positive_ints(context_size=context_size)
-        if not isinstance(attention, nn.Module):
-            raise ValueError(f"attention must be an nn.Module (an attention layer), got "
-                             f"{type(attention).__name__}")
+        check_decoder_args(vocab_size, embed_size, num_hiddens, attention, context_size)
         self.vocab_size = vocab_size
         self.embedding = nn.Embedding(vocab_size, embed_size)
         self.rnn = nn.GRU(embed_size, num_hiddens, batch_first=True)
@@ -266,7 +245,7 @@ class AttentionDecoder(nn.Module):
         return enc_outputs, enc_valid_lens, enc_state
 
     def forward(self, Y: Tensor, state: DecoderState) -> Tuple[Tensor, DecoderState]:
-        _check_tokens("Y", Y, self.vocab_size)
+        check_tokens(Y, "Y", vocab_size=self.vocab_size)
         enc_outputs, enc_valid_lens, hidden = state
         emb = self.embedding(Y)  # (B, U, E)
         # 1. run the RNN over the (shifted) targets: its states are the queries
@@ -327,13 +306,7 @@ class BahdanauDecoder(nn.Module):
     def __init__(self, vocab_size: int, embed_size: int, num_hiddens: int, attention: nn.Module,
                  *, context_size: Optional[int] = None) -> None:
         super().__init__()
-        check_positive_ints(vocab_size=vocab_size, embed_size=embed_size,
-                            num_hiddens=num_hiddens)
-        if context_size is not None:
-            check_positive_ints(context_size=context_size)
-        if not isinstance(attention, nn.Module):
-            raise ValueError(f"attention must be an nn.Module (an attention layer), got "
-                             f"{type(attention).__name__}")
+        check_decoder_args(vocab_size, embed_size, num_hiddens, attention, context_size)
         C = context_size or num_hiddens
         self.vocab_size = vocab_size
         self.embedding = nn.Embedding(vocab_size, embed_size)
@@ -348,7 +321,7 @@ class BahdanauDecoder(nn.Module):
         return enc_outputs, enc_valid_lens, enc_state
 
     def forward(self, Y: Tensor, state: DecoderState) -> Tuple[Tensor, DecoderState]:
-        _check_tokens("Y", Y, self.vocab_size)
+        check_tokens(Y, "Y", vocab_size=self.vocab_size)
         enc_outputs, enc_valid_lens, hidden = state
         emb = self.embedding(Y)  # (B, U, E)
         s = hidden[0]  # (B, H): s_{t-1}
@@ -440,12 +413,12 @@ def seq2seq_loss(model: EncoderDecoder, X: Tensor, X_valid_lens: Tensor, Y: Tens
 
     Source: teacher forcing, Williams and Zipser (1989); the masked loss of d2l.ai section 10.7.
     """
-    _check_tokens("Y", Y, model.decoder.vocab_size)
+    check_tokens(Y, "Y", vocab_size=model.decoder.vocab_size)
     B, U = Y.shape
     if X.dim() != 2 or X.shape[0] != B:
         raise ValueError(f"X must have shape (B, T) with B = {B} (the batch of Y), got "
                          f"{tuple(X.shape)}")
-    _check_lens("Y_valid_lens", Y_valid_lens, B, U)
+    check_lengths("Y_valid_lens", Y_valid_lens, B, U)
     Y_in = torch.cat([torch.full((B, 1), bos, dtype=torch.long, device=Y.device), Y[:, :-1]],
                      dim=1)  # (B, U): teacher forcing, the true previous character
     logits = model(X, X_valid_lens, Y_in)  # (B, U, V)

@@ -21,13 +21,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._checks import (
-    ValidLens,
+    check_block_args,
     check_bool,
     check_cache_update,
     check_dropout,
-    check_input_dtype,
-    check_layer_norm_eps,
+    check_hidden_states,
     check_positive_ints,
+    check_torch_layer,
+    ValidLens,
 )
 from .multihead import MultiHeadAttention
 
@@ -169,26 +170,6 @@ def _activation(activation: Activation) -> Callable[[Tensor], Tensor]:
     return activation
 
 
-def _check_block_args(num_hiddens: int, num_heads: int, ffn_num_hiddens: int, dropout: float,
-                      norm_first: bool, layer_norm_eps: float, bias: bool) -> None:
-    check_positive_ints(num_hiddens=num_hiddens, num_heads=num_heads,
-                        ffn_num_hiddens=ffn_num_hiddens)
-    check_dropout(dropout)
-    check_bool(norm_first=norm_first, bias=bias)
-    check_layer_norm_eps(layer_norm_eps)
-
-
-def _check_X(X: Tensor, num_hiddens: int, name: str = "X",
-             dtype: Optional[torch.dtype] = None) -> None:
-    if not isinstance(X, Tensor) or not X.is_floating_point() or X.dim() != 3 \
-            or X.shape[-1] != num_hiddens:
-        got = tuple(X.shape) if isinstance(X, Tensor) else type(X).__name__
-        raise ValueError(f"{name} must be a float tensor of shape (B, T, num_hiddens = "
-                         f"{num_hiddens}), got {got}")
-    if dtype is not None:
-        check_input_dtype(name, X, dtype)
-
-
 def _copy_mha(ours: MultiHeadAttention, ref: nn.MultiheadAttention) -> None:
     """Copy nn.MultiheadAttention's packed in-projection and out-projection into ours."""
     W_q, W_k, W_v = ref.in_proj_weight.chunk(3)
@@ -199,29 +180,6 @@ def _copy_mha(ours: MultiHeadAttention, ref: nn.MultiheadAttention) -> None:
         lin.weight.copy_(W)
         if b is not None:
             lin.bias.copy_(b)
-
-
-def _check_torch_layer(layer: nn.Module, cls: type) -> bool:
-    """Check a PyTorch layer that ``from_torch`` can copy; return whether it has biases."""
-    if not isinstance(layer, cls):
-        raise ValueError(f"layer must be a torch.nn.{cls.__name__}, got {type(layer).__name__}")
-    attns = [layer.self_attn] + ([layer.multihead_attn] if hasattr(layer, "multihead_attn")
-                                 else [])
-    if not all(attn.batch_first for attn in attns):
-        raise ValueError("layer must be built with batch_first=True")
-    if any(attn.in_proj_weight is None or attn.bias_k is not None for attn in attns):
-        raise ValueError("layer must have equal q/k/v sizes and no add_bias_kv")
-    norms = [m for name, m in layer.named_children() if name.startswith("norm")]
-    has_bias = [attn.in_proj_bias is not None for attn in attns]
-    has_bias += [attn.out_proj.bias is not None for attn in attns]
-    has_bias += [layer.linear1.bias is not None, layer.linear2.bias is not None]
-    has_bias += [norm.bias is not None for norm in norms]
-    if len(set(has_bias)) != 1:
-        raise ValueError("layer must have all its biases or none (built with bias=True or "
-                         "bias=False)")
-    if not callable(layer.activation):
-        raise ValueError(f"layer's activation must be callable, got {layer.activation!r}")
-    return has_bias[0]
 
 
 def _torch_activation(layer: nn.Module) -> Activation:
@@ -292,8 +250,8 @@ class TransformerEncoderBlock(nn.Module):
                  layer_norm_eps: float = 1e-5, rotary: bool = False,
                  activation: Activation = "relu", bias: bool = True) -> None:
         super().__init__()
-        _check_block_args(num_hiddens, num_heads, ffn_num_hiddens, dropout, norm_first,
-                          layer_norm_eps, bias)
+        check_block_args(num_hiddens, num_heads, ffn_num_hiddens, dropout, norm_first,
+                         layer_norm_eps, bias)
         self.num_hiddens = num_hiddens
         self.norm_first = norm_first
         self.self_attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=bias,
@@ -308,7 +266,7 @@ class TransformerEncoderBlock(nn.Module):
     def forward(self, X: Tensor, valid_lens: Optional[ValidLens] = None, *,
                 attn_mask: Optional[Tensor] = None, is_causal: bool = False,
                 kv_cache: Optional[KVCache] = None) -> Tensor:
-        _check_X(X, self.num_hiddens, dtype=self.norm1.weight.dtype)
+        check_hidden_states(X, self.num_hiddens, dtype=self.norm1.weight.dtype)
 
         def attend(Z: Tensor) -> Tensor:
             out = self.self_attention(Z, Z, Z, valid_lens, attn_mask=attn_mask,
@@ -349,23 +307,27 @@ class TransformerEncoderBlock(nn.Module):
 
         Source: the parameter layout of ``torch.nn.TransformerEncoderLayer``.
         """
-        bias = _check_torch_layer(layer, nn.TransformerEncoderLayer)
-        ref = layer.self_attn
-        block = cls(ref.embed_dim, ref.num_heads, layer.linear1.out_features, layer.dropout.p,
-                    norm_first=layer.norm_first, layer_norm_eps=layer.norm1.eps,
-                    activation=_torch_activation(layer), bias=bias)
-        block.to(device=ref.in_proj_weight.device, dtype=ref.in_proj_weight.dtype)
-        with torch.no_grad():
-            _copy_mha(block.self_attention, ref)
-            _copy_ffn_and_norms(block, layer, 2)
-        return block.train(layer.training)
+        return _from_torch(cls, layer, nn.TransformerEncoderLayer)
 
 
-def _copy_ffn_and_norms(block: nn.Module, layer: nn.Module, num_norms: int) -> None:
-    block.ffn.dense1.load_state_dict(layer.linear1.state_dict())
-    block.ffn.dense2.load_state_dict(layer.linear2.state_dict())
-    for i in range(1, num_norms + 1):
-        getattr(block, f"norm{i}").load_state_dict(getattr(layer, f"norm{i}").state_dict())
+def _from_torch(cls: type, layer: nn.Module, torch_cls: type) -> nn.Module:
+    """Both blocks' ``from_torch``: the sizes and options of ``layer``, then its weights."""
+    bias = check_torch_layer(layer, torch_cls)
+    ref = layer.self_attn
+    block = cls(ref.embed_dim, ref.num_heads, layer.linear1.out_features, layer.dropout.p,
+                norm_first=layer.norm_first, layer_norm_eps=layer.norm1.eps,
+                activation=_torch_activation(layer), bias=bias)
+    block.to(device=ref.in_proj_weight.device, dtype=ref.in_proj_weight.dtype)
+    with torch.no_grad():
+        _copy_mha(block.self_attention, ref)
+        if hasattr(layer, "multihead_attn"):  # a decoder layer's cross-attention
+            _copy_mha(block.cross_attention, layer.multihead_attn)
+        block.ffn.dense1.load_state_dict(layer.linear1.state_dict())
+        block.ffn.dense2.load_state_dict(layer.linear2.state_dict())
+        for name, norm in layer.named_children():
+            if name.startswith("norm"):
+                getattr(block, name).load_state_dict(norm.state_dict())
+    return block.train(layer.training)
 
 
 class TransformerDecoderBlock(nn.Module):
@@ -432,8 +394,8 @@ class TransformerDecoderBlock(nn.Module):
                  layer_norm_eps: float = 1e-5, rotary: bool = False,
                  activation: Activation = "relu", bias: bool = True) -> None:
         super().__init__()
-        _check_block_args(num_hiddens, num_heads, ffn_num_hiddens, dropout, norm_first,
-                          layer_norm_eps, bias)
+        check_block_args(num_hiddens, num_heads, ffn_num_hiddens, dropout, norm_first,
+                         layer_norm_eps, bias)
         self.num_hiddens = num_hiddens
         self.norm_first = norm_first
         self.self_attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=bias,
@@ -452,8 +414,8 @@ class TransformerDecoderBlock(nn.Module):
                 *, is_causal: bool = True, kv_cache: Optional[KVCache] = None,
                 valid_lens: Optional[ValidLens] = None, attn_mask: Optional[Tensor] = None,
                 memory_mask: Optional[Tensor] = None) -> Tensor:
-        _check_X(X, self.num_hiddens, dtype=self.norm1.weight.dtype)
-        _check_X(memory, self.num_hiddens, "memory", dtype=self.norm1.weight.dtype)
+        check_hidden_states(X, self.num_hiddens, dtype=self.norm1.weight.dtype)
+        check_hidden_states(memory, self.num_hiddens, "memory", dtype=self.norm1.weight.dtype)
         if memory.shape[0] != X.shape[0]:
             raise ValueError(f"memory must have the batch size of X ({X.shape[0]}), "
                              f"got {memory.shape[0]}")
@@ -502,14 +464,4 @@ class TransformerDecoderBlock(nn.Module):
 
         Source: the parameter layout of ``torch.nn.TransformerDecoderLayer``.
         """
-        bias = _check_torch_layer(layer, nn.TransformerDecoderLayer)
-        ref = layer.self_attn
-        block = cls(ref.embed_dim, ref.num_heads, layer.linear1.out_features, layer.dropout.p,
-                    norm_first=layer.norm_first, layer_norm_eps=layer.norm1.eps,
-                    activation=_torch_activation(layer), bias=bias)
-        block.to(device=ref.in_proj_weight.device, dtype=ref.in_proj_weight.dtype)
-        with torch.no_grad():
-            _copy_mha(block.self_attention, ref)
-            _copy_mha(block.cross_attention, layer.multihead_attn)
-            _copy_ffn_and_norms(block, layer, 3)
-        return block.train(layer.training)
+        return _from_torch(cls, layer, nn.TransformerDecoderLayer)

@@ -22,30 +22,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .scoring import check_positive_ints
+from ._checks import (
+    check_dropout,
+    check_images,
+    check_positive_ints,
+)
+
 from .transformer import TransformerEncoderBlock
 
 __all__ = ["PatchEmbedding", "VisionTransformer", "attention_rollout", "occlusion_map",
            "patchify"]
-
-
-def _check_dropout(dropout: float) -> None:
-    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) \
-            or not 0.0 <= dropout < 1.0:
-        raise ValueError(f"dropout must lie in [0, 1), got {dropout!r}")
-
-
-def _check_images(images: Tensor, patch_size: int, in_channels: Optional[int] = None,
-                  name: str = "images") -> None:
-    if not isinstance(images, Tensor) or not images.is_floating_point() or images.dim() != 4:
-        got = tuple(images.shape) if isinstance(images, Tensor) else type(images).__name__
-        raise ValueError(f"{name} must be a float tensor of shape (B, C, H, W), got {got}")
-    _, C, H, W = images.shape
-    if in_channels is not None and C != in_channels:
-        raise ValueError(f"{name} must have C = in_channels = {in_channels} channels, got {C}")
-    if H % patch_size or W % patch_size:
-        raise ValueError(f"{name}: height and width ({H}, {W}) must be multiples of "
-                         f"patch_size = {patch_size}")
 
 
 def patchify(images: Tensor, patch_size: int) -> Tensor:
@@ -76,7 +62,7 @@ def patchify(images: Tensor, patch_size: int) -> Tensor:
     Source: Dosovitskiy et al. (2021), section 3.1 (the patches x_p of equation 1).
     """
     check_positive_ints(patch_size=patch_size)
-    _check_images(images, patch_size)
+    check_images(images, patch_size)
     B, C, H, W = images.shape
     p = patch_size
     X = images.reshape(B, C, H // p, p, W // p, p)  # (B, C, H/p, p, W/p, p)
@@ -127,7 +113,7 @@ class PatchEmbedding(nn.Module):
         self.proj = nn.Linear(in_channels * patch_size * patch_size, num_hiddens)
 
     def forward(self, images: Tensor) -> Tensor:
-        _check_images(images, self.patch_size, self.in_channels)
+        check_images(images, self.patch_size, self.in_channels)
         return self.proj(patchify(images, self.patch_size))  # (B, N, d)
 
 
@@ -192,7 +178,7 @@ class VisionTransformer(nn.Module):
         super().__init__()
         check_positive_ints(image_size=image_size, patch_size=patch_size,
                             num_classes=num_classes, num_layers=num_layers)
-        _check_dropout(dropout)
+        check_dropout(dropout)
         if image_size % patch_size:
             raise ValueError(f"image_size ({image_size}) must be a multiple of patch_size "
                              f"({patch_size})")
@@ -214,7 +200,7 @@ class VisionTransformer(nn.Module):
         self.head = nn.Linear(num_hiddens, num_classes)
 
     def forward(self, images: Tensor) -> Tensor:
-        _check_images(images, self.patch_embedding.patch_size,
+        check_images(images, self.patch_embedding.patch_size,
                       self.patch_embedding.in_channels)
         if images.shape[-2:] != (self.image_size, self.image_size):
             raise ValueError(f"images must be {self.image_size} x {self.image_size}, got "
@@ -332,7 +318,7 @@ def occlusion_map(model: nn.Module, images: Tensor, labels: Tensor, patch_size: 
     section 4.2 (occlusion sensitivity).
     """
     check_positive_ints(patch_size=patch_size)
-    _check_images(images, patch_size)
+    check_images(images, patch_size)
     B, C, H, W = images.shape
     if not isinstance(labels, Tensor) or labels.shape != (B,) or labels.is_floating_point() \
             or labels.is_complex() or labels.dtype == torch.bool:

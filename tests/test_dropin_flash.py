@@ -12,8 +12,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_upper_left
 
+from d2lattn.multihead import GroupedQueryAttention
 from d2lattn.flash import (
-    GroupedQueryAttention,
     _Tiling,
     flash_attention,
     local_attention,
@@ -23,6 +23,8 @@ from d2lattn.flash import (
 from d2lattn.masking import causal_mask, valid_lens_to_mask
 from d2lattn.positional import alibi_bias
 from d2lattn.transformer import KVCache
+
+from benchmarks.bench_dropin import saved_bytes  # one home: the benchmark measures it too
 
 F64 = dict(rtol=1e-10, atol=1e-12)
 
@@ -168,19 +170,6 @@ def test_enable_gqa_matches_sdpa(g, is_causal):
         torch.testing.assert_close(a, b, **F64)
 
 
-def saved_bytes(fn):
-    """Bytes autograd saves for the backward pass while ``fn`` runs (distinct storages)."""
-    seen = {}
-
-    def pack(t):
-        seen[(t.untyped_storage().data_ptr(), t.dtype)] = t.untyped_storage().nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        fn()
-    return sum(seen.values())
-
-
 def test_grouped_query_attention_saves_no_copies_of_keys_and_values():
     """Measured: bytes saved for backward by the attention, GQA against repeated heads."""
     B, h, g, T, d = 2, 8, 2, 64, 16
@@ -191,9 +180,9 @@ def test_grouped_query_attention_saves_no_copies_of_keys_and_values():
                                                    v.repeat_interleave(r, 1), is_causal=True))
     item = 8  # float64
     head = B * T * d * item  # one head's keys (or values, queries, outputs)
-    lse = B * h * T * item
-    assert grouped == (h + 2 * g + h) * head + lse  # q, k, v (g heads), output, lse
-    assert repeated == (h + 2 * h + h) * head + lse  # the copies of k and v are saved
+    stats = 2 * B * h * T * item  # each query's maximum score and 1 / sum
+    assert grouped == (h + 2 * g + h) * head + stats  # q, k, v (g heads), output, stats
+    assert repeated == (h + 2 * h + h) * head + stats  # the copies of k and v are saved
     assert repeated - grouped == 2 * (h - g) * head  # = 98304 bytes here
 
 
@@ -237,6 +226,48 @@ def test_float_attn_mask_matches_sdpa(shape):
     torch.testing.assert_close(out, ref, **F64)
     for a, b in zip(grads(out, (q, k, v)), grads(ref, (q, k, v))):
         torch.testing.assert_close(a, b, **F64)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("fill", ["finfo.min", -1e9])
+@pytest.mark.parametrize("block_size", [3, 256])
+def test_finite_float_mask_on_every_key_gives_sdpa_uniform_weights(dtype, fill, block_size):
+    """Hugging Face pads with finfo(dtype).min: a query whose keys all carry it gets SDPA's
+    (nearly) uniform weights, not the zero row that only -inf or a False everywhere gives."""
+    fill = torch.finfo(dtype).min if fill == "finfo.min" else fill
+    q, k, v = (t.detach().to(dtype).requires_grad_() for t in qkv())
+    bias = torch.zeros(2, 1, 5, 7, dtype=dtype)
+    bias[0, :, 1] = fill  # one query of the first sequence: every key
+    bias[1, :, :, 4:] = fill  # the last three keys of the second sequence
+    bias[1, :, 2] = fill  # and one query of it sees only such keys
+    out = flash_attention(q, k, v, attn_mask=bias, block_size=block_size)
+    with sdpa_kernel(SDPBackend.MATH):  # the formula itself (a fused kernel that keeps one
+        ref = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)  # lse may not be)
+    tol = F64 if dtype == torch.float64 else {}
+    if dtype == torch.float64 and fill == -1e9:
+        # in float64 the scores still differ, but a score near -1e9 carries a rounding of
+        # ulp(1e9) ~ 1e-7 (ulp(1.44e9) in the kernel's base-2 units): so do the weights
+        tol = dict(rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(out, ref, **tol)
+    if fill == torch.finfo(dtype).min:  # every score rounds to finfo.min: uniform weights
+        torch.testing.assert_close(out[0, :, 1], v[0].mean(dim=-2), **tol)
+    for a, b in zip(grads(out, (q, k, v)), grads(ref, (q, k, v))):
+        torch.testing.assert_close(a, b.to(dtype), **tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_only_minus_inf_or_false_everywhere_gives_the_zero_row(dtype):
+    q, k, v = (t.detach().to(dtype).requires_grad_() for t in qkv())
+    bias = torch.zeros(5, 7, dtype=dtype)
+    bias[1] = -math.inf
+    allowed = torch.ones(5, 7, dtype=torch.bool)
+    allowed[1] = False
+    for mask in (bias, allowed):
+        out = flash_attention(q, k, v, attn_mask=mask, block_size=3)
+        assert bool((out[:, :, 1] == 0).all())
+        ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).nan_to_num(0.0)
+        torch.testing.assert_close(out, ref)  # SDPA: NaN there; elsewhere the same
+        assert all(bool(g.isfinite().all()) for g in grads(out, (q, k, v)))
 
 
 def test_alibi_bias_in_flash_attention_matches_sdpa():

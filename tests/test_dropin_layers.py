@@ -193,14 +193,21 @@ ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "module": nn.SiLU(),
                "function": lambda x: torch.tanh(x) * 2.0}
 
 
+def torch_and_ours(torch_cls, activation, bias, norm_first):
+    """A perturbed float64 PyTorch layer and our block copied from it."""
+    layer = perturbed(torch_cls(16, 4, 24, dropout=0.0, activation=ACTIVATIONS[activation],
+                                batch_first=True, norm_first=norm_first, bias=bias,
+                                dtype=torch.float64))
+    ours = (TransformerEncoderBlock if torch_cls is nn.TransformerEncoderLayer
+            else TransformerDecoderBlock)
+    return layer, ours.from_torch(layer)
+
+
 @pytest.mark.parametrize("activation", list(ACTIVATIONS))
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_encoder_from_torch_activation_bias_float_mask(activation, bias, norm_first):
-    layer = perturbed(nn.TransformerEncoderLayer(
-        16, 4, 24, dropout=0.0, activation=ACTIVATIONS[activation], batch_first=True,
-        norm_first=norm_first, bias=bias, dtype=torch.float64))
-    block = TransformerEncoderBlock.from_torch(layer)
+    layer, block = torch_and_ours(nn.TransformerEncoderLayer, activation, bias, norm_first)
     assert (block.norm1.bias is None) == (not bias)
     X = randn(3, 7, 16, seed=1)
     src_mask = randn(7, 7, seed=2)  # a float mask, added to the scores
@@ -216,10 +223,7 @@ def test_encoder_from_torch_activation_bias_float_mask(activation, bias, norm_fi
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_decoder_from_torch_activation_and_bias(activation, bias, norm_first):
     """A GELU decoder layer was once accepted and then differed by up to 0.145: no longer."""
-    layer = perturbed(nn.TransformerDecoderLayer(
-        16, 4, 24, dropout=0.0, activation=ACTIVATIONS[activation], batch_first=True,
-        norm_first=norm_first, bias=bias, dtype=torch.float64))
-    block = TransformerDecoderBlock.from_torch(layer)
+    layer, block = torch_and_ours(nn.TransformerDecoderLayer, activation, bias, norm_first)
     X, memory = randn(2, 5, 16, seed=1), randn(2, 6, 16, seed=2)
     expected = layer(X, memory, tgt_mask=~causal_mask(5, 5), tgt_is_causal=True)
     torch.testing.assert_close(block(X, memory), expected, **F64)
@@ -315,11 +319,27 @@ def test_mixed_dtype_cache_updates_are_rejected():
 # --- One validation module ------------------------------------------------------------------
 
 def test_one_definition_of_each_check():
+    """Every check lives in d2lattn._checks: no other module defines a function named
+    check_* or _check_*, and the names the modules import are _checks' own objects."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import d2lattn
+
+    modules = [importlib.import_module(f"d2lattn.{info.name}")
+               for info in pkgutil.iter_modules(d2lattn.__path__)]
+    assert len(modules) >= 14 and checks in modules
+    found = []
+    for module in modules:
+        for name, obj in vars(module).items():
+            if inspect.isfunction(obj) and name.lstrip("_").startswith("check"):
+                found.append(name)
+                assert obj.__module__ == "d2lattn._checks", f"{module.__name__}.{name}"
+                assert obj is getattr(checks, obj.__name__), f"{module.__name__}.{name}"
+    assert len(found) > 40  # the test looked at the modules' imports, not at nothing
     assert masking.ValidLens is flash.ValidLens is transformer.ValidLens is checks.ValidLens
     assert multihead.ValidLens is checks.ValidLens
-    assert scoring.check_positive_ints is flash.check_positive_ints is checks.check_positive_ints
-    assert scoring._check_dropout is transformer.check_dropout is checks.check_dropout
-    assert not hasattr(flash, "_check_lens") and not hasattr(flash, "_check_options")
 
 
 def test_same_message_for_the_same_mistake_everywhere():

@@ -13,6 +13,14 @@ from d2lattn import KERNELS, NadarayaWatsonRegression, masked_softmax, nadaraya_
 F64 = torch.float64
 
 
+def toy_data(seed, n, queries):
+    """``n`` training points on ``[0, 5)`` with random targets, and ``linspace(*queries)``."""
+    g = torch.Generator().manual_seed(seed)
+    x_train = torch.rand(n, generator=g, dtype=F64) * 5
+    y_train = torch.randn(n, generator=g, dtype=F64)
+    return x_train, y_train, torch.linspace(*queries, dtype=F64)
+
+
 def reference_nw(x_train, y_train, x_query, kernel_fn, sigma):
     """Pair by pair with Python floats: K(u) / sum K(u), zero rows where the sum is 0."""
     y_hat, rows = [], []
@@ -79,10 +87,7 @@ def test_kernels_do_not_modify_their_input():
 @pytest.mark.parametrize("name", sorted(SCALAR_KERNELS))
 @pytest.mark.parametrize("sigma", [0.3, 1.0, 2.5])
 def test_matches_reference(name, sigma):
-    g = torch.Generator().manual_seed(0)
-    x_train = torch.rand(12, generator=g, dtype=F64) * 5
-    y_train = torch.randn(12, generator=g, dtype=F64)
-    x_query = torch.linspace(-1, 6, 15, dtype=F64)
+    x_train, y_train, x_query = toy_data(0, 12, (-1, 6, 15))
     y_hat, w = nadaraya_watson(x_train, y_train, x_query, kernel=name, bandwidth=sigma)
     y_ref, w_ref = reference_nw(x_train, y_train, x_query, SCALAR_KERNELS[name], sigma)
     assert y_hat.shape == (15,) and w.shape == (15, 12)
@@ -119,10 +124,7 @@ def test_rows_sum_to_one_or_zero_and_are_nonnegative(n, m, sigma, name, seed):
 
 
 def test_gaussian_weights_are_a_softmax_of_scaled_squared_distances():
-    g = torch.Generator().manual_seed(1)
-    x_train = torch.rand(30, generator=g, dtype=F64) * 5
-    y_train = torch.randn(30, generator=g, dtype=F64)
-    x_query = torch.linspace(0, 5, 11, dtype=F64)
+    x_train, y_train, x_query = toy_data(1, 30, (0, 5, 11))
     sigma = 0.7
     _, w = nadaraya_watson(x_train, y_train, x_query, "gaussian", sigma)
     scores = -((x_query[:, None] - x_train[None, :]) ** 2) / (2 * sigma**2)
@@ -225,10 +227,7 @@ def test_unknown_kernel_raises(kernel):
 # --- NadarayaWatsonRegression --------------------------------------------------------------
 
 def test_learnable_w_is_the_inverse_bandwidth():
-    g = torch.Generator().manual_seed(3)
-    x_train = torch.rand(20, generator=g, dtype=F64) * 5
-    y_train = torch.randn(20, generator=g, dtype=F64)
-    x_query = torch.linspace(0, 5, 9, dtype=F64)
+    x_train, y_train, x_query = toy_data(3, 20, (0, 5, 9))
     sigma = 0.4
     model = NadarayaWatsonRegression(w=1 / sigma).double()
     y_hat = model(x_query, x_train, y_train)
