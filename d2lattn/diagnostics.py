@@ -55,6 +55,13 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import torch
 from torch import Tensor, nn
 
+from ._checks import (check_diagnostic_inputs as _check_inputs,
+                      check_diagnostic_model as _check_model,
+                      check_diagnostic_options as _check_options,
+                      check_diagnostic_time_axis as _check_time_axis,
+                      check_diagnostic_valid_lens as _check_valid_lens,
+                      check_diagnostic_vocab as _check_vocab, is_integer_dtype as _is_integer)
+
 __all__ = [
     "CheckResult",
     "check_attention_weights",
@@ -136,54 +143,6 @@ def _spans(positions: Sequence[int]) -> str:
 def _positions(positions: Sequence[int]) -> str:
     """``[3]`` -> ``"position 3"``, ``[1, 2, 3]`` -> ``"positions 1-3"``."""
     return f"position {positions[0]}" if len(positions) == 1 else f"positions {_spans(positions)}"
-
-
-def _check_model(model: object) -> None:
-    if not callable(model):
-        raise ValueError(f"model must be an nn.Module or a callable, got {type(model).__name__}")
-
-
-def _check_inputs(inputs: object, min_len: int = 1) -> Tensor:
-    if not isinstance(inputs, Tensor) or inputs.dim() < 2:
-        got = tuple(inputs.shape) if isinstance(inputs, Tensor) else type(inputs).__name__
-        raise ValueError("inputs must be a tensor of shape (B, T, ...): (B, T, d) floats or "
-                         f"(B, T) token ids, got {got}")
-    if not (inputs.is_floating_point() or _is_integer(inputs)):
-        raise ValueError(f"inputs must be floating point or integer token ids, got {inputs.dtype}")
-    if inputs.shape[0] < 1 or inputs.shape[1] < min_len:
-        raise ValueError(f"inputs must have B >= 1 sequences of T >= {min_len} positions, got "
-                         f"shape {tuple(inputs.shape)}")
-    if inputs.is_floating_point() and not bool(torch.isfinite(inputs).all()):
-        raise ValueError("inputs must be finite (no NaN or inf)")
-    return inputs
-
-
-def _is_integer(t: Tensor) -> bool:
-    return not t.is_floating_point() and not t.is_complex() and t.dtype != torch.bool
-
-
-def _check_valid_lens(valid_lens: object, B: int, T: int) -> Tensor:
-    if isinstance(valid_lens, (list, tuple)):
-        valid_lens = torch.tensor(valid_lens)
-    if not isinstance(valid_lens, Tensor) or not _is_integer(valid_lens) \
-            or tuple(valid_lens.shape) != (B,):
-        got = (f"{valid_lens.dtype} of shape {tuple(valid_lens.shape)}"
-               if isinstance(valid_lens, Tensor) else type(valid_lens).__name__)
-        raise ValueError(f"valid_lens must be integers of shape (B,) = ({B},), got {got}")
-    if bool((valid_lens < 0).any()) or bool((valid_lens > T).any()):
-        raise ValueError(f"valid_lens must lie in [0, T] = [0, {T}], got {valid_lens.tolist()}")
-    return valid_lens
-
-
-def _check_options(mode: str, tolerance: Optional[float], seed: int) -> None:
-    if mode not in ("eval", "train"):
-        raise ValueError(f"mode must be 'eval' or 'train', got {mode!r}")
-    if tolerance is not None and (isinstance(tolerance, bool)
-                                  or not isinstance(tolerance, (int, float))
-                                  or not tolerance > 0 or not math.isfinite(tolerance)):
-        raise ValueError(f"tolerance must be None or a positive finite number, got {tolerance!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ValueError(f"seed must be an int, got {seed!r}")
 
 
 def _find_module(model: Model, module: Optional[nn.Module]) -> Optional[nn.Module]:
@@ -271,16 +230,6 @@ def _perturbed(inputs: Tensor, where: Tensor, generator: torch.Generator,
     return torch.where(where, (inputs + shift) % V, inputs)  # a different id at every such place
 
 
-def _check_vocab(inputs: Tensor, vocab_size: Optional[int]) -> None:
-    if vocab_size is None:
-        return
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 2:
-        raise ValueError(f"vocab_size must be an integer >= 2, got {vocab_size!r}")
-    if not inputs.is_floating_point() and (int(inputs.max()) >= vocab_size
-                                           or int(inputs.min()) < 0):
-        raise ValueError(f"token ids must lie in [0, vocab_size) = [0, {vocab_size})")
-
-
 def _describe_run(inputs: Tensor, mode: str, seed: int) -> str:
     return f"{inputs.dtype} inputs, {mode} mode, generator seeded {seed}"
 
@@ -301,12 +250,6 @@ def _position_deviation(a: Tensor, b: Tensor) -> Tensor:
     """``max |a - b|`` over everything but the first two axes: ``(B, T)``, float64."""
     diff = (a.double() - b.double()).abs()
     return diff.flatten(2).amax(dim=2) if diff.dim() >= 3 else diff
-
-
-def _check_time_axis(out: Tensor, B: int, T: int, what: str) -> None:
-    if out.dim() < 2 or out.shape[1] != T:
-        raise ValueError(f"{what} needs outputs of shape (B, T, ...) = ({B}, {T}, ...), got "
-                         f"{tuple(out.shape)}")
 
 
 def _not_finite_result(name: str, where: str, tol: float, what: str) -> CheckResult:
