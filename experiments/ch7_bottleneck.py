@@ -1,20 +1,25 @@
 """Chapter 7's bottleneck sweep: exact match against the number of dates on a line.
 
 Sources hold 1 to 4 CLDR dates in mixed locales and formats (``d2lattn.make_multi_date_examples``);
-the target is the list of ISO dates. Over 5 seeds: a GRU encoder-decoder without attention (the
-decoder sees only the encoder's last state) against the same model with 4-head attention, at the
-chapter's budget (400 steps) and at 4x that budget; the model without attention with a state
-twice as large (H = 128) at both budgets; and, at the chapter's budget, Bahdanau's placement
-(``BahdanauDecoder``) and the scaled dot product. Writes ``book/data/ch7_bottleneck.json``, which
-chapter 7 reads. About 1,200 s of single-thread CPU in all (20 minutes; 10 with ``--jobs 2`` on
-two free cores).
+the target is the list of ISO dates. Per seed: a GRU encoder-decoder without attention (the
+decoder sees only the encoder's last state) against the same model with 4-head attention, at
+the chapter's budget (400 steps) and at 4x that budget, the model without attention also at 2x
+and 8x (one run evaluated at every budget on its way) and with a state twice as large
+(H = 128); and, at the chapter's budget, the two placements of the query with the same
+attention layer: after the decoder's step ("multi-head", "dot") or before it, as Bahdanau et
+al. ("bahdanau" with 4 heads, "bahdanau-dot" with the scaled dot product). Writes
+``book/data/ch7_bottleneck.json``, which chapter 7 reads, adding to the runs already in it.
+About 260 s of single-thread CPU per seed on an idle machine (several times that on a busy
+one).
 
 Run from the repository root (one thread per process)::
 
-    OMP_WAIT_POLICY=PASSIVE nice -n 5 python experiments/ch7_bottleneck.py --jobs 2
+    OMP_WAIT_POLICY=PASSIVE nice -n 5 python experiments/ch7_bottleneck.py --seeds 0 1 2 3 4
 
-``--jobs 2`` runs two processes; ``--resume`` keeps the runs already in the table and adds the
-missing ones; ``--pilot`` runs one seed of the chapter's budget.
+``--seeds`` picks the seeds of the plan (the book's table: seeds 0 to 4 from the first writing,
+and what could be added of seeds 5 to 9); ``--runs kind:hidden:steps[/steps...]:seed,...``
+runs a list instead; ``--state-dir`` saves each run's final state, so that a later call with a
+larger budget continues it instead of starting again; ``--jobs 2`` runs two processes.
 """
 
 from __future__ import annotations
