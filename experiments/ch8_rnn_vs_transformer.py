@@ -193,22 +193,18 @@ def main() -> None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(table, indent=1) + "\n")
 
-    def run_all(section, keyed_jobs, extend=False):
-        """keyed_jobs: {key: [job per seed]}; fills table[section][key] with the results
-        (appends them to it with ``extend``)."""
+    def run_all(section, keyed_jobs):
+        """keyed_jobs: {key: [job per seed]}; fills table[section][key] with the results."""
         results = table.setdefault(section, {})
-        todo = [(key, i, job) for key, js in keyed_jobs.items()
-                if extend or key not in results for i, job in enumerate(js)]
+        todo = [job for key, js in keyed_jobs.items() if key not in results for job in js]
         found = {}
         with multiprocessing.Pool(a.jobs) as pool:
-            for job, value in pool.imap(_run, [job for _, _, job in todo]):
+            for job, value in pool.imap(_run, todo):
                 found[job] = value
                 print(section, job, value, f"{time.time() - start:.0f} s", file=sys.stderr,
                       flush=True)
         for key, js in keyed_jobs.items():
-            if extend:
-                results[key] = results.get(key, []) + [found[job] for job in js]
-            elif key not in results:
+            if key not in results:
                 results[key] = [found[job] for job in js]
 
     if "chosen_rates" not in table:
