@@ -1,20 +1,25 @@
 """Chapter 7's bottleneck sweep: exact match against the number of dates on a line.
 
 Sources hold 1 to 4 CLDR dates in mixed locales and formats (``d2lattn.make_multi_date_examples``);
-the target is the list of ISO dates. Over 5 seeds: a GRU encoder-decoder without attention (the
-decoder sees only the encoder's last state) against the same model with 4-head attention, at the
-chapter's budget (400 steps) and at 4x that budget; the model without attention with a state
-twice as large (H = 128) at both budgets; and, at the chapter's budget, Bahdanau's placement
-(``BahdanauDecoder``) and the scaled dot product. Writes ``book/data/ch7_bottleneck.json``, which
-chapter 7 reads. About 1,200 s of single-thread CPU in all (20 minutes; 10 with ``--jobs 2`` on
-two free cores).
+the target is the list of ISO dates. Per seed: a GRU encoder-decoder without attention (the
+decoder sees only the encoder's last state) against the same model with 4-head attention, at
+the chapter's budget (400 steps) and at 4x that budget, the model without attention also at 2x
+and 8x (one run evaluated at every budget on its way) and with a state twice as large
+(H = 128); and, at the chapter's budget, the two placements of the query with the same
+attention layer: after the decoder's step ("multi-head", "dot") or before it, as Bahdanau et
+al. ("bahdanau" with 4 heads, "bahdanau-dot" with the scaled dot product). Writes
+``book/data/ch7_bottleneck.json``, which chapter 7 reads, adding to the runs already in it.
+About 260 s of single-thread CPU per seed on an idle machine (several times that on a busy
+one).
 
 Run from the repository root (one thread per process)::
 
-    OMP_WAIT_POLICY=PASSIVE nice -n 5 python experiments/ch7_bottleneck.py --jobs 2
+    OMP_WAIT_POLICY=PASSIVE nice -n 5 python experiments/ch7_bottleneck.py --seeds 0 1 2 3 4
 
-``--jobs 2`` runs two processes; ``--resume`` keeps the runs already in the table and adds the
-missing ones; ``--pilot`` runs one seed of the chapter's budget.
+``--seeds`` picks the seeds of the plan (the book's table: seeds 0 to 4 from the first writing,
+and what could be added of seeds 5 to 9); ``--runs kind:hidden:steps[/steps...]:seed,...``
+runs a list instead; ``--state-dir`` saves each run's final state, so that a later call with a
+larger budget continues it instead of starting again; ``--jobs 2`` runs two processes.
 """
 
 from __future__ import annotations
@@ -60,20 +65,29 @@ def make_data(cfg):
 
 
 def build(kind, hidden, cfg, n_src, n_tgt, seed):
+    """The model of one configuration. The two placements of the query come with the same
+    attention layer each: "multi-head" (query after the step, Luong) and "bahdanau" (query
+    before it) both use 4-head attention; "dot" and "bahdanau-dot" both the scaled dot
+    product."""
     torch.manual_seed(seed)
     enc = Seq2SeqEncoder(n_src, cfg["embed"], hidden)
+
+    def multi_head():
+        return MultiHeadAttention(hidden, num_heads=4, query_size=hidden, key_size=hidden,
+                                  value_size=hidden)
+
     if kind == "none":
         dec = Seq2SeqDecoder(n_tgt, cfg["embed"], hidden)
     elif kind == "additive":
         dec = AttentionDecoder(n_tgt, cfg["embed"], hidden, AdditiveAttention(hidden, hidden, 32))
     elif kind == "dot":
         dec = AttentionDecoder(n_tgt, cfg["embed"], hidden, DotProductAttention())
-    elif kind == "bahdanau":
+    elif kind == "bahdanau-dot":
         dec = BahdanauDecoder(n_tgt, cfg["embed"], hidden, DotProductAttention())
+    elif kind == "bahdanau":
+        dec = BahdanauDecoder(n_tgt, cfg["embed"], hidden, multi_head())
     elif kind == "multi-head":
-        dec = AttentionDecoder(n_tgt, cfg["embed"], hidden,
-                               MultiHeadAttention(hidden, num_heads=4, query_size=hidden,
-                                                  key_size=hidden, value_size=hidden))
+        dec = AttentionDecoder(n_tgt, cfg["embed"], hidden, multi_head())
     else:
         raise ValueError(kind)
     return EncoderDecoder(enc, dec)
@@ -94,11 +108,16 @@ def exact_match_by_k(model, test, src, tgt, cfg):
 _DATA = {}
 
 
-def run_one(kind, hidden, steps, seed, cfg=CONFIG, data=None):
+def _data(cfg):
     key = json.dumps(cfg, sort_keys=True)
-    if data is None and key not in _DATA:
+    if key not in _DATA:
         _DATA[key] = make_data(cfg)
-    train, test, src, tgt = data or _DATA[key]
+    return _DATA[key]
+
+
+def run_one(kind, hidden, steps, seed, cfg=CONFIG, data=None):
+    """One configuration trained for ``steps`` steps with ``train_seq2seq``: one record."""
+    train, test, src, tgt = data or _data(cfg)
     X, X_lens = src.encode_batch([ex.source for ex in train])
     Y, Y_lens = tgt.encode_batch([ex.target for ex in train], eos=True)
     model = build(kind, hidden, cfg, len(src), len(tgt), seed)
@@ -110,74 +129,140 @@ def run_one(kind, hidden, steps, seed, cfg=CONFIG, data=None):
                 exact_match=acc, cpu_s=time.process_time() - t0)
 
 
+def run_curve(kind, hidden, checkpoints, seed, cfg=CONFIG, state_dir=None):
+    """One training run evaluated at several budgets: one record per checkpoint.
+
+    The loop is ``train_seq2seq``'s, step for step (the same batches, the same Adam), so the
+    record at ``c`` steps is the model that ``run_one(kind, hidden, c, seed)`` trains; the
+    sweep checks this wherever both are in the table. With ``state_dir``, the model, the
+    optimizer and the batch order are saved at the last checkpoint, and a later call with
+    larger checkpoints continues from the largest saved one."""
+    from torch import nn
+    from d2lattn import length_batches, seq2seq_loss
+
+    train, test, src, tgt = _data(cfg)
+    X, X_lens = src.encode_batch([ex.source for ex in train])
+    Y, Y_lens = tgt.encode_batch([ex.target for ex in train], eos=True)
+    model = build(kind, hidden, cfg, len(src), len(tgt), seed)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg["lr"])
+    g = torch.Generator().manual_seed(seed)
+    batches, step, cpu, loss = [], 0, 0.0, None
+    name = f"{kind}_{hidden}_{seed}"
+    if state_dir:
+        saved = sorted((int(f.stem.rsplit("_", 1)[1]), f)
+                       for f in Path(state_dir).glob(f"{name}_*.pt"))
+        saved = [(s, f) for s, f in saved if s < max(checkpoints)]
+        if saved:
+            step, f = saved[-1]
+            state = torch.load(f, weights_only=False)
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            g.set_state(state["generator"])
+            batches, cpu, loss = state["batches"], state["cpu_s"], state["loss"]
+    records = []
+    for c in sorted(checkpoints):
+        if c <= step:
+            continue
+        t0 = time.process_time()
+        for _ in range(c - step):  # train_seq2seq's loop
+            if not batches:
+                batches = length_batches(X_lens.tolist(), cfg["batch"], generator=g)
+            idx = batches.pop()
+            T, U = int(X_lens[idx].max()), int(Y_lens[idx].max())
+            loss = seq2seq_loss(model, X[idx, :T], X_lens[idx], Y[idx, :U], Y_lens[idx])
+            optimizer.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), cfg["max_grad_norm"])
+            optimizer.step()
+            loss = loss.item()
+        step = c
+        acc = exact_match_by_k(model, test, src, tgt, cfg)
+        cpu += time.process_time() - t0
+        records.append(dict(kind=kind, hidden=hidden, steps=c, seed=seed, final_loss=loss,
+                            exact_match=acc, cpu_s=cpu, run=f"curve to {max(checkpoints)}"))
+    if state_dir:
+        Path(state_dir).mkdir(parents=True, exist_ok=True)
+        torch.save(dict(model=model.state_dict(), optimizer=optimizer.state_dict(),
+                        generator=g.get_state(), batches=batches, cpu_s=cpu, loss=loss),
+                   Path(state_dir) / f"{name}_{step}.pt")
+    return records
+
+
+def plan(seeds, H, S):
+    """The sweep, most important runs first: (kind, hidden, checkpoints, seed)."""
+    runs = []
+    for seed in seeds:  # the placement of the query, with the same attention layer
+        runs += [("multi-head", H, [S, 4 * S], seed), ("bahdanau", H, [S], seed),
+                 ("dot", H, [S], seed), ("bahdanau-dot", H, [S], seed)]
+    runs += [("none", H, [S, 2 * S, 4 * S, 8 * S], seed) for seed in seeds]  # the budget curve
+    runs += [("none", 2 * H, [S, 4 * S], seed) for seed in seeds]  # the larger state
+    return runs
+
+
 def _job(args):
     torch.set_num_threads(1)
-    return run_one(*args)
+    *job, state_dir = args
+    return run_curve(*job, state_dir=state_dir)
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--pilot", action="store_true")
-    p.add_argument("--runs", default="", help="kind:hidden:steps:seed,... (implies --pilot)")
+    p.add_argument("--seeds", type=int, nargs="+", default=SEEDS)
+    p.add_argument("--runs", default="",
+                   help="kind:hidden:steps[/steps...]:seed,... instead of the plan")
     p.add_argument("--jobs", type=int, default=1)
-    p.add_argument("--resume", action="store_true", help="skip the runs already in --out")
-    p.add_argument("--set", default="", help="override CONFIG entries: key=value;...")
+    p.add_argument("--state-dir", default=None,
+                   help="save the trained states here, to extend a budget curve later")
     p.add_argument("--out", default=str(ROOT / "book" / "data" / "ch7_bottleneck.json"))
     a = p.parse_args()
     torch.set_num_threads(1)
     cfg = CONFIG
-    for item in filter(None, a.set.split(";")):
-        key, value = item.split("=")
-        cfg[key] = json.loads(value)
     H, S = cfg["hidden"], cfg["steps"]
     if a.runs:
-        a.pilot = True
-        runs = [(r.split(":")[0], *map(int, r.split(":")[1:])) for r in a.runs.split(",")]
-    elif a.pilot:
-        runs = [("none", H, S, 0), ("multi-head", H, S, 0)]
-    else:  # the most important runs first
-        runs = [(kind, H, S, seed) for seed in SEEDS for kind in ("none", "multi-head")]
-        runs += [("none", H, 4 * S, seed) for seed in SEEDS]
-        runs += [("multi-head", H, 4 * S, seed) for seed in SEEDS]
-        runs += [("bahdanau", H, S, seed) for seed in SEEDS]
-        runs += [("none", 2 * H, S, seed) for seed in SEEDS]
-        runs += [("none", 2 * H, 4 * S, seed) for seed in SEEDS]
-        runs += [("dot", H, S, seed) for seed in SEEDS]
-    done = []
-    if a.resume and Path(a.out).exists():  # keep the runs of an interrupted sweep
-        old = json.loads(Path(a.out).read_text())
-        if old["config"] == cfg:
-            done = old["runs"]
-            keys = {(r["kind"], r["hidden"], r["steps"], r["seed"]) for r in done}
-            runs = [r for r in runs if tuple(r) not in keys]
-    n_all = len(done) + len(runs)
+        runs = []
+        for r in a.runs.split(","):
+            kind, hidden, steps, seed = r.split(":")
+            runs.append((kind, int(hidden), [int(s) for s in steps.split("/")], int(seed)))
+    else:
+        runs = plan(a.seeds, H, S)
+    table = dict(config=cfg, runs=[], checks=[])
+    if Path(a.out).exists():  # add to the table: keep every run already in it
+        table = json.loads(Path(a.out).read_text())
+        assert table["config"] == cfg, "the table was made with another configuration"
+        table.setdefault("checks", [])
+
+    def key(r):
+        return r["kind"], r["hidden"], r["steps"], r["seed"]
+
+    have = {key(r): r for r in table["runs"]}
+    runs = [r for r in runs if any((r[0], r[1], c, r[3]) not in have for c in r[2])]
+    print(f"{len(runs)} training runs to do", flush=True)
     t0 = time.time()
+    jobs = [(*r, a.state_dir) for r in runs]
     if a.jobs > 1:
         import multiprocessing as mp
-        with mp.get_context("fork").Pool(a.jobs) as pool:
-            results = list(done)
-            for r in pool.imap(_job, runs):
-                results.append(r)
-                print(json.dumps(r), flush=True)
-                save(a, cfg, results, done=len(results) == n_all)
+        results = mp.get_context("fork").Pool(a.jobs).imap(_job, jobs)
     else:
-        results = list(done)
-        for r in runs:
-            results.append(_job(r))
-            print(json.dumps(results[-1]), flush=True)
-            save(a, cfg, results, done=len(results) == n_all)
-    total_cpu = sum(r["cpu_s"] for r in results)
-    print(f"total training+evaluation CPU {total_cpu:.0f} s, wall {time.time() - t0:.0f} s")
-
-
-def save(a, cfg, results, done):
-    """Write the table after every run (a partial table says so)."""
-    if a.pilot:
-        return
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(dict(config=cfg, seeds=SEEDS, complete=done,
-                                           torch=torch.__version__, runs=results),
-                                      indent=1) + "\n")
+        results = map(_job, jobs)
+    for records in results:
+        for r in records:
+            if key(r) in have:  # the same model trained by a separate run: it must agree
+                old = have[key(r)]
+                same = old["exact_match"] == {str(k): v for k, v in r["exact_match"].items()}
+                table["checks"].append(dict(kind=r["kind"], hidden=r["hidden"],
+                                            steps=r["steps"], seed=r["seed"],
+                                            same_exact_match=same))
+                print("check", key(r), "same as the table:", same, flush=True)
+            else:
+                have[key(r)] = r
+                table["runs"].append(r)
+                print(json.dumps(r), flush=True)
+        table["seeds"] = sorted({r["seed"] for r in table["runs"]})
+        table["torch"] = torch.__version__
+        Path(a.out).write_text(json.dumps(table, indent=1) + "\n")
+    total_cpu = sum(r["cpu_s"] for r in table["runs"])
+    print(f"table: {len(table['runs'])} records; wall {time.time() - t0:.0f} s "
+          f"(records' CPU, curves counted at each checkpoint: {total_cpu:.0f} s)")
 
 
 if __name__ == "__main__":

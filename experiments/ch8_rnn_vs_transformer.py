@@ -3,6 +3,7 @@ Transformer, on the date task, at the same budget of Adam steps.
 
     python experiments/ch8_rnn_vs_transformer.py            # about 12 minutes of one CPU core
     python experiments/ch8_rnn_vs_transformer.py --jobs 3   # the same runs on 3 processes
+    python experiments/ch8_rnn_vs_transformer.py --seeds 5 6 7 8 9   # add seeds to the table
 
 writes ``book/data/ch8_rnn_vs_transformer.json``. The data, batches, models, training loop and
 test are those of the chapter's cells (section "A Transformer reads dates"); the chapter
@@ -15,6 +16,9 @@ re-runs seed 0 live and checks it against this table.
 3. The chapter's "likely reason" put to the test: the Transformer with a fixed sinusoidal
    position table (nothing about positions to learn) instead of the learned one, 300 steps.
 4. Four times the budget (1200 steps), seeds 0..4: a gap that is learning speed closes.
+
+``--seeds`` adds fresh seeds to the test settings (2-4) of an existing table; the book's table
+holds seeds 0..4 (those the chapter's prose was first written from) and 5..9 (added after).
 """
 
 from __future__ import annotations
@@ -166,47 +170,83 @@ def _run(job):
 
 def main() -> None:
     """Run every setting; ``--jobs N`` spreads the runs over N processes (one thread each);
-    ``--resume`` keeps the entries already in the table."""
-    jobs = int(sys.argv[sys.argv.index("--jobs") + 1]) if "--jobs" in sys.argv else 1
-    table = json.loads(OUT.read_text()) if OUT.exists() and "--resume" in sys.argv else {}
-    table.update({"rates": RATES, "warmup": WARMUP, "tune_seeds": TUNE_SEEDS, "seeds": SEEDS,
+    ``--resume`` keeps the entries already in the table; ``--seeds S ...`` trains the test
+    settings on more seeds (with the rates already chosen) and adds them to the table."""
+    import argparse
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--jobs", type=int, default=1)
+    p.add_argument("--resume", action="store_true")
+    p.add_argument("--seeds", type=int, nargs="+", default=None)
+    p.add_argument("--out", default=str(OUT))
+    a = p.parse_args()
+    out = pathlib.Path(a.out)
+    adding = a.seeds is not None
+    table = json.loads(out.read_text()) if out.exists() and (a.resume or adding) else {}
+    seeds = SEEDS if not adding else [s for s in a.seeds if s not in table.get("seeds", [])]
+    table.update({"rates": RATES, "warmup": WARMUP, "tune_seeds": TUNE_SEEDS,
                   "steps": STEPS, "batch": BATCH})
+    table.setdefault("seeds", [])
     start = time.time()
 
     def save():
-        OUT.parent.mkdir(parents=True, exist_ok=True)
-        OUT.write_text(json.dumps(table, indent=1) + "\n")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(table, indent=1) + "\n")
 
     def run_all(section, keyed_jobs):
         """keyed_jobs: {key: [job per seed]}; fills table[section][key] with the results."""
         results = table.setdefault(section, {})
-        todo = [(key, i, job) for key, js in keyed_jobs.items() if key not in results
-                for i, job in enumerate(js)]
+        todo = [job for key, js in keyed_jobs.items() if key not in results for job in js]
         found = {}
-        with multiprocessing.Pool(jobs) as pool:
-            for job, value in pool.imap_unordered(_run, [job for _, _, job in todo]):
+        with multiprocessing.Pool(a.jobs) as pool:
+            for job, value in pool.imap(_run, todo):
                 found[job] = value
                 print(section, job, value, f"{time.time() - start:.0f} s", file=sys.stderr,
                       flush=True)
         for key, js in keyed_jobs.items():
             if key not in results:
                 results[key] = [found[job] for job in js]
-        save()
 
-    run_all("validation_exact_match", {
-        f"{kind} {lr}": [(kind, lr, seed, STEPS, "valid") for seed in TUNE_SEEDS]
-        for kind, rates in RATES.items() for lr in rates})
-    tune = table["validation_exact_match"]
-    best = {kind: max(rates, key=lambda lr: sum(tune[f"{kind} {lr}"])) for kind, rates in RATES.items()}
-    table["chosen_rates"] = best
+    if "chosen_rates" not in table:
+        run_all("validation_exact_match", {
+            f"{kind} {lr}": [(kind, lr, seed, STEPS, "valid") for seed in TUNE_SEEDS]
+            for kind, rates in RATES.items() for lr in rates})
+        tune = table["validation_exact_match"]
+        table["chosen_rates"] = {kind: max(rates, key=lambda lr: sum(tune[f"{kind} {lr}"]))
+                                 for kind, rates in RATES.items()}
+        save()
+    best = table["chosen_rates"]
     runs = [("rnn", STEPS, "learned"), ("transformer", STEPS, "learned"),
             ("transformer", STEPS, "sinusoidal"),
             ("rnn", 4 * STEPS, "learned"), ("transformer", 4 * STEPS, "learned")]
-    run_all("test_exact_match", {
-        f"{kind} {steps}" + (" sinusoidal" if positions == "sinusoidal" else ""):
-            [(kind, best[kind], seed, steps, "test", positions) for seed in SEEDS]
-        for kind, steps, positions in runs})
-    print(f"wrote {OUT}")
+
+    def name(kind, steps, positions):
+        return f"{kind} {steps}" + (" sinusoidal" if positions == "sinusoidal" else "")
+
+    if not adding:
+        run_all("test_exact_match", {
+            name(*r): [(r[0], best[r[0]], seed, r[1], "test", r[2]) for seed in seeds]
+            for r in runs})
+        table["seeds"] = seeds
+        table["test_seeds"] = {name(*r): seeds for r in runs}
+    else:  # one run at a time, the table saved after each: the short runs first, by seed
+        results, test_seeds = table["test_exact_match"], table.setdefault("test_seeds", {})
+        for r in runs:
+            test_seeds.setdefault(name(*r), list(table["seeds"]))
+        todo = [(r, seed) for seed in seeds for r in runs[:3]]
+        todo += [(r, seed) for seed in seeds for r in runs[3:]]
+        for r, seed in todo:
+            if seed in test_seeds[name(*r)]:
+                continue
+            _, value = _run((r[0], best[r[0]], seed, r[1], "test", r[2]))
+            results[name(*r)].append(value)
+            test_seeds[name(*r)].append(seed)
+            print(name(*r), seed, value, f"{time.time() - start:.0f} s", file=sys.stderr,
+                  flush=True)
+            save()
+        table["seeds"] = sorted(set.intersection(*(set(v) for v in test_seeds.values())))
+    save()
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":
