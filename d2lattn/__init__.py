@@ -19,7 +19,10 @@ One module per idea, following the three steps of attention (score, normalize, p
 - :mod:`d2lattn.flash` — online softmax and block-wise (FlashAttention-style) attention;
 - :mod:`d2lattn.vision` — patch embedding, a small Vision Transformer, attention rollout;
 - :mod:`d2lattn.circuits` — an attention-only Transformer and induction-head measurements;
-- :mod:`d2lattn.interactive` — the data behind the website's movable figures.
+- :mod:`d2lattn.interactive` — the data behind the website's movable figures;
+- :mod:`d2lattn.text` — two real corpora (tiny Shakespeare, Tang poems), fixed splits, characters as tokens;
+- :mod:`d2lattn.gpt` — a decoder-only Transformer language model, sampling filters, training;
+- :mod:`d2lattn.ngram` — character n-gram models with interpolated Kneser–Ney smoothing.
 
 Importing the package has no side effects (matplotlib is loaded only when a plot is drawn).
 """
@@ -49,12 +52,15 @@ from .scoring import (
     dot_product_scores,
     gaussian_scores,
 )
-from . import circuits, data, flash, interactive, seq2seq, transformer, vision
+from . import circuits, data, flash, gpt, interactive, ngram, seq2seq, text, transformer, vision
 from .circuits import *  # noqa: F401,F403  (names listed in circuits.__all__)
 from .data import *  # noqa: F401,F403  (names listed in data.__all__)
 from .flash import *  # noqa: F401,F403  (names listed in flash.__all__)
+from .gpt import *  # noqa: F401,F403  (names listed in gpt.__all__)
 from .interactive import *  # noqa: F401,F403  (names listed in interactive.__all__)
+from .ngram import *  # noqa: F401,F403  (names listed in ngram.__all__)
 from .seq2seq import *  # noqa: F401,F403  (names listed in seq2seq.__all__)
+from .text import *  # noqa: F401,F403  (names listed in text.__all__)
 from .transformer import *  # noqa: F401,F403  (names listed in transformer.__all__)
 from .vision import *  # noqa: F401,F403  (names listed in vision.__all__)
 
@@ -88,7 +94,8 @@ __all__ = [
     "sinusoidal_shift_matrix",
     "valid_lens_to_mask",
 ]
-for _module in (circuits, data, flash, interactive, seq2seq, transformer, vision):
+for _module in (circuits, data, flash, gpt, interactive, ngram, seq2seq, text, transformer,
+                vision):
     __all__ += _module.__all__
 del _module
 __all__.sort()
