@@ -361,7 +361,7 @@ def lr_schedule(step: int, steps: int, lr: float, *, warmup: int = 0,
 
 def train_lm(model: GPT, data: Tensor, steps: int, *, batch_size: int = 32, lr: float = 2e-3,
              warmup: int = 50, min_ratio: float = 0.1, clip: Optional[float] = 1.0,
-             weight_decay: float = 0.1, seed: int = 0,
+             weight_decay: float = 0.1, seed: int = 0, stop_after: Optional[int] = None,
              callback: Optional[Callable[[int, GPT, float], None]] = None) -> List[float]:
     """Train ``model`` as a next-token predictor on random windows of a token stream.
 
@@ -375,6 +375,8 @@ def train_lm(model: GPT, data: Tensor, steps: int, *, batch_size: int = 32, lr: 
         data: ``(N,)`` int64, the training token stream.
         steps: optimizer steps. batch_size, lr, warmup, min_ratio, clip, weight_decay: as above.
         seed: keyword-only; the seed of the window generator.
+        stop_after: keyword-only; run only the first ``stop_after`` steps of the ``steps``-step
+            schedule (to retrace the start of a longer run).
         callback: keyword-only; ``callback(step, model, loss)`` after each step.
 
     Returns:
@@ -393,7 +395,7 @@ def train_lm(model: GPT, data: Tensor, steps: int, *, batch_size: int = 32, lr: 
     generator = torch.Generator().manual_seed(seed)
     model.train()
     losses: List[float] = []
-    for step in range(steps):
+    for step in range(steps if stop_after is None else min(steps, stop_after)):
         for group in opt.param_groups:
             group["lr"] = lr_schedule(step, steps, lr, warmup=warmup, min_ratio=min_ratio)
         X, Y = random_windows(data, batch_size, T, generator=generator)

@@ -74,7 +74,9 @@ def run(corpus: str, seed: int, device: str, steps: int, batch_size: int) -> dic
     cpu_train = time.process_time() - start
     bits = held_out_losses(model, held_out)  # (W, T) bits
     suffix = "" if seed == 0 else f"_seed{seed}"
-    state = {k: v.to("cpu", torch.float16) for k, v in model.state_dict().items()}
+    half = {}  # float16 copies; the tied embedding and read-out share one (saved once)
+    state = {k: half.setdefault(v.data_ptr(), v.to("cpu", torch.float16))
+             for k, v in model.state_dict().items()}
     torch.save({"config": vars(model.config), "state_dict": state},
                OUT / f"ch12_gpt_{corpus}{suffix}.pt")
     # the float16 weights are what the chapter loads: report their held-out loss too
