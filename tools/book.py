@@ -38,7 +38,8 @@ ZH_SUBDIR = "zh"
 ZH_TITLE = "注意力如何工作"
 
 #: The captions of the table of contents' parts (they live in _toc.yml, outside the catalogues).
-ZH_CAPTIONS = {"Getting started": "入门", "Chapters": "章节", "Reference": "参考资料"}
+ZH_CAPTIONS = {"Getting started": "入门", "Chapters": "章节",
+               "Part III: Attention at work": "第三部分：注意力的实际应用", "Reference": "参考资料"}
 
 FONT_DIR = ROOT / "book" / "assets" / "static" / "fonts"
 FONT_FILE = FONT_DIR / "d2lattn-cjk-subset.woff2"
