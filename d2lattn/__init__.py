@@ -22,7 +22,11 @@ One module per idea, following the three steps of attention (score, normalize, p
 - :mod:`d2lattn.circuits` — an attention-only Transformer and induction-head measurements;
 - :mod:`d2lattn.interactive` — the data behind the website's movable figures;
 - :mod:`d2lattn.diagnostics` — checks that find the classic attention bugs in any model
-  (``check_causal``, ``check_padding``, ``check_permutation_equivariance``, ...).
+  (``check_causal``, ``check_padding``, ``check_permutation_equivariance``, ...);
+- :mod:`d2lattn.text` — two real corpora (tiny Shakespeare, Tang poems), fixed splits,
+  characters as tokens;
+- :mod:`d2lattn.gpt` — a decoder-only Transformer language model, sampling filters, training;
+- :mod:`d2lattn.ngram` — character n-gram models with interpolated Kneser–Ney smoothing.
 
 The public names are each module's ``__all__``, re-exported here: ``d2lattn.X`` is the ``X``
 of the module that defines it. Importing the package has no side effects (matplotlib is loaded
@@ -34,14 +38,17 @@ from . import (
     data,
     diagnostics,
     flash,
+    gpt,
     interactive,
     kernel_regression,
     masking,
     multihead,
+    ngram,
     plotting,
     positional,
     scoring,
     seq2seq,
+    text,
     transformer,
     vision,
 )
@@ -49,21 +56,24 @@ from .circuits import *  # noqa: F401,F403
 from .data import *  # noqa: F401,F403
 from .diagnostics import *  # noqa: F401,F403
 from .flash import *  # noqa: F401,F403
+from .gpt import *  # noqa: F401,F403
 from .interactive import *  # noqa: F401,F403
 from .kernel_regression import *  # noqa: F401,F403
 from .masking import *  # noqa: F401,F403
 from .multihead import *  # noqa: F401,F403
+from .ngram import *  # noqa: F401,F403
 from .plotting import *  # noqa: F401,F403
 from .positional import *  # noqa: F401,F403
 from .scoring import *  # noqa: F401,F403
 from .seq2seq import *  # noqa: F401,F403
+from .text import *  # noqa: F401,F403
 from .transformer import *  # noqa: F401,F403
 from .vision import *  # noqa: F401,F403
 
 __version__ = "0.1.0"
 
-_MODULES = (circuits, data, diagnostics, flash, interactive, kernel_regression, masking, multihead, plotting,
-            positional, scoring, seq2seq, transformer, vision)
+_MODULES = (circuits, data, diagnostics, flash, gpt, interactive, kernel_regression, masking,
+            multihead, ngram, plotting, positional, scoring, seq2seq, text, transformer, vision)
 __all__ = sorted(name for module in _MODULES for name in module.__all__)
 
 #: Names that were public here and are no longer, with where they went (one release).

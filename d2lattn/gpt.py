@@ -1,0 +1,451 @@
+"""A decoder-only Transformer language model (GPT) from d2lattn's blocks, and how it samples.
+
+The model is a stack of pre-norm :class:`~d2lattn.transformer.TransformerEncoderBlock` s run
+with ``is_causal=True`` (a block without cross-attention *is* a GPT block once the mask is
+causal), between a token embedding and a linear read-out that shares its weight (weight
+tying)::
+
+    X = E[tokens] (+ P[positions])                      (B, T, d)
+    X = block_l(X, is_causal=True)    l = 1 .. L        (B, T, d)
+    logits = LN(X) @ E^T                                (B, T, V)
+
+Positions are either rotary (RoPE, inside every attention) or a learned table added to the
+embeddings. :meth:`GPT.generate` decodes greedily or samples with a temperature, top-k and
+top-p (nucleus) filters, with or without a KV cache.
+
+Sources: Radford et al. (2018, 2019), "Improving Language Understanding by Generative
+Pre-Training" and "Language Models are Unsupervised Multitask Learners" (decoder-only, pre-norm
+in GPT-2); Press & Wolf (2017), "Using the Output Embedding to Improve Language Models" (tying);
+Fan et al. (2018) (top-k); Holtzman et al. (2020), "The Curious Case of Neural Text
+Degeneration" (top-p); book chapter 12.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, List, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ._checks import check_bool, check_dropout, check_positive_ints
+from .text import random_windows
+from .transformer import KVCache, TransformerEncoderBlock
+
+__all__ = ["GPT", "GPTConfig", "held_out_losses", "lr_schedule", "next_token_probs",
+           "top_k_filter", "top_p_filter", "train_lm"]
+
+
+@dataclass
+class GPTConfig:
+    """Sizes of a :class:`GPT`; the defaults are the chapter's Shakespeare model."""
+
+    vocab_size: int = 65  # V: 65 characters in tiny Shakespeare
+    block_size: int = 128  # T_max: the context the model is trained on
+    num_hiddens: int = 128  # d
+    num_heads: int = 4  # h (head size d / h = 32)
+    num_layers: int = 4  # L
+    ffn_num_hiddens: int = 512  # 4 d, as in GPT-2
+    dropout: float = 0.0  # small models trained for minutes do not overfit
+    positions: str = "rotary"  # "rotary" (RoPE in every attention) or "learned" (a table)
+    tie_weights: bool = True  # the read-out reuses the embedding matrix
+
+    def __post_init__(self) -> None:
+        check_positive_ints(vocab_size=self.vocab_size, block_size=self.block_size,
+                            num_hiddens=self.num_hiddens, num_heads=self.num_heads,
+                            num_layers=self.num_layers, ffn_num_hiddens=self.ffn_num_hiddens)
+        check_dropout(self.dropout)
+        check_bool(tie_weights=self.tie_weights)
+        if self.positions not in ("rotary", "learned"):
+            raise ValueError(f"positions must be 'rotary' or 'learned', got {self.positions!r}")
+
+
+def top_k_filter(logits: Tensor, k: int) -> Tensor:
+    """Keep the ``k`` largest logits of each row, set the others to ``-inf``.
+
+    Ties at the k-th value are broken by position (``torch.topk``), so exactly ``k`` stay.
+
+    Args:
+        logits: ``(..., V)`` float. k: an integer in ``[1, V]``.
+
+    Returns:
+        a new ``(..., V)`` tensor (``logits`` is not modified).
+
+    Example:
+        >>> top_k_filter(torch.tensor([1.0, 3.0, 2.0, 0.0]), 2)
+        tensor([-inf, 3., 2., -inf])
+
+    Source: Fan et al. (2018), "Hierarchical Neural Story Generation", section 5.4.
+    """
+    _check_logits(logits)
+    V = logits.shape[-1]
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= V:
+        raise ValueError(f"top_k must be an integer in [1, V = {V}], got {k!r}")
+    keep = torch.zeros_like(logits, dtype=torch.bool)
+    keep.scatter_(-1, logits.topk(k, dim=-1).indices, True)
+    return logits.masked_fill(~keep, float("-inf"))
+
+
+def top_p_filter(logits: Tensor, p: float) -> Tensor:
+    r"""Keep the smallest set of most likely tokens whose probabilities sum to at least ``p``.
+
+    Sort the probabilities in decreasing order, :math:`\pi_{(1)} \ge \pi_{(2)} \ge \dots`; keep
+    the first :math:`m` with :math:`m = \min\{m : \sum_{i \le m} \pi_{(i)} \ge p\}`. Token
+    ``(i)`` is kept when the mass *before* it is still below ``p``. The most likely token is
+    always kept; ``p = 1`` keeps every token of non-zero probability.
+
+    Args:
+        logits: ``(..., V)`` float. p: a number in ``(0, 1]``.
+
+    Returns:
+        a new ``(..., V)`` tensor, the removed logits set to ``-inf``.
+
+    Example:
+        >>> logits = torch.tensor([0.5, 0.3, 0.15, 0.05]).log()
+        >>> top_p_filter(logits, 0.8).exp()  # 0.5 + 0.3 reaches 0.8
+        tensor([0.5000, 0.3000, 0.0000, 0.0000])
+
+    Source: Holtzman et al. (2020), "The Curious Case of Neural Text Degeneration", eq. (2).
+    """
+    _check_logits(logits)
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1:
+        raise ValueError(f"top_p must be a number in (0, 1], got {p!r}")
+    probs, order = logits.float().softmax(dim=-1).sort(dim=-1, descending=True)
+    mass_before = probs.cumsum(dim=-1) - probs  # (..., V)
+    keep_sorted = mass_before < p
+    keep_sorted[..., 0] = True
+    keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+    return logits.masked_fill(~keep, float("-inf"))
+
+
+def next_token_probs(logits: Tensor, *, temperature: float = 1.0, top_k: Optional[int] = None,
+                     top_p: Optional[float] = None) -> Tensor:
+    """The sampling distribution: logits divided by the temperature, then top-k, then top-p.
+
+    Args:
+        logits: ``(..., V)`` float, unnormalized scores of the next token.
+        temperature: keyword-only; a positive number (``< 1`` sharpens, ``> 1`` flattens).
+        top_k: keyword-only; ``None`` or an integer in ``[1, V]``.
+        top_p: keyword-only; ``None`` or a number in ``(0, 1]``.
+
+    Returns:
+        ``(..., V)`` float probabilities that sum to one, zero outside the kept tokens.
+
+    Raises:
+        ValueError: a temperature that is not a positive finite number, a bad ``top_k`` or
+            ``top_p``.
+
+    Example:
+        >>> next_token_probs(torch.tensor([2.0, 1.0, 0.0]), temperature=0.5, top_k=2)
+        tensor([0.8808, 0.1192, 0.0000])
+    """
+    _check_logits(logits)
+    _check_temperature(temperature)
+    logits = logits / temperature
+    if top_k is not None:
+        logits = top_k_filter(logits, top_k)
+    if top_p is not None:
+        logits = top_p_filter(logits, top_p)
+    return logits.softmax(dim=-1)
+
+
+def _check_logits(logits: object) -> None:
+    if not isinstance(logits, Tensor) or not logits.is_floating_point() or logits.dim() < 1:
+        raise ValueError("logits must be a float tensor of shape (..., V)")
+
+
+def _check_temperature(temperature: object) -> None:
+    if (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
+            or not temperature > 0 or not math.isfinite(temperature)):
+        raise ValueError(f"temperature must be a positive finite number, got {temperature!r}")
+
+
+class GPT(nn.Module):
+    r"""A decoder-only Transformer language model.
+
+    .. math::
+        X^{(0)} = E[x] \;(+\, P), \qquad X^{(l)} = \mathrm{Block}_l(X^{(l-1)}), \qquad
+        \mathrm{logits} = \mathrm{LN}(X^{(L)})\, E^\top
+
+    Each block is ``TransformerEncoderBlock(d, h, ffn, dropout, norm_first=True,
+    activation="gelu", rotary=...)`` called with ``is_causal=True``.
+
+    Args:
+        config: a :class:`GPTConfig`.
+
+    Shapes (``forward``):
+        tokens ``(B, T)`` int64 in ``[0, V)``; ``T <= block_size`` counting the cached
+        positions. Keyword-only ``kv_caches``: ``None`` or a list of ``num_layers``
+        :class:`~d2lattn.KVCache` (see :meth:`new_caches`); then ``tokens`` are the positions
+        that follow the cached ones. Returns logits ``(B, T, V)`` float.
+
+    Attributes:
+        The attention weights of the last call are ``blocks[l].self_attention.attention_weights``,
+        ``(B, h, T, K)``.
+
+    Raises:
+        ValueError: tokens not an integer ``(B, T)`` tensor in ``[0, V)``, more positions than
+            ``block_size``, a wrong number of caches.
+
+    Example:
+        >>> model = GPT(GPTConfig(vocab_size=10, block_size=8, num_hiddens=16, num_heads=2,
+        ...                       num_layers=2, ffn_num_hiddens=32))
+        >>> model(torch.zeros(3, 5, dtype=torch.long)).shape
+        torch.Size([3, 5, 10])
+        >>> model.generate(torch.zeros(1, 2, dtype=torch.long), 4, greedy=True).shape
+        torch.Size([1, 6])
+
+    Source: Radford et al. (2019); book chapter 12.
+    """
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        if not isinstance(config, GPTConfig):
+            raise ValueError(f"config must be a GPTConfig, got {type(config).__name__}")
+        self.config = c = config
+        self.embedding = nn.Embedding(c.vocab_size, c.num_hiddens)
+        self.positions = (nn.Embedding(c.block_size, c.num_hiddens)
+                          if c.positions == "learned" else None)
+        self.dropout = nn.Dropout(c.dropout)
+        self.blocks = nn.ModuleList(
+            TransformerEncoderBlock(c.num_hiddens, c.num_heads, c.ffn_num_hiddens, c.dropout,
+                                    norm_first=True, activation="gelu",
+                                    rotary=c.positions == "rotary")
+            for _ in range(c.num_layers))
+        self.norm = nn.LayerNorm(c.num_hiddens)
+        self.head = nn.Linear(c.num_hiddens, c.vocab_size, bias=False)
+        self.apply(self._init_weights)
+        if c.tie_weights:
+            self.head.weight = self.embedding.weight  # one (V, d) matrix reads and writes
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        # GPT-2's initialisation: normal(0, 0.02) weights, zero biases
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def num_parameters(self) -> int:
+        """Trainable parameters, the tied matrix counted once."""
+        return sum(p.numel() for p in self.parameters())
+
+    def new_caches(self) -> List[KVCache]:
+        """One empty :class:`~d2lattn.KVCache` per layer."""
+        return [KVCache() for _ in self.blocks]
+
+    def forward(self, tokens: Tensor, *, kv_caches: Optional[List[KVCache]] = None) -> Tensor:
+        c = self.config
+        if (not isinstance(tokens, Tensor) or tokens.dim() != 2 or tokens.is_floating_point()
+                or tokens.dtype == torch.bool):
+            raise ValueError("tokens must be an integer tensor of shape (B, T)")
+        B, T = tokens.shape
+        if kv_caches is not None and len(kv_caches) != len(self.blocks):
+            raise ValueError(f"kv_caches must hold one cache per layer ({len(self.blocks)}), "
+                             f"got {len(kv_caches)}")
+        past = len(kv_caches[0]) if kv_caches is not None else 0
+        if past + T > c.block_size:
+            raise ValueError(f"{past} cached + {T} new positions exceed block_size = "
+                             f"{c.block_size}")
+        if T and (int(tokens.min()) < 0 or int(tokens.max()) >= c.vocab_size):
+            raise ValueError(f"tokens must lie in [0, vocab_size = {c.vocab_size})")
+        X = self.embedding(tokens)  # (B, T, d)
+        if self.positions is not None:
+            X = X + self.positions(torch.arange(past, past + T, device=tokens.device))
+        X = self.dropout(X)
+        for l, block in enumerate(self.blocks):
+            X = block(X, is_causal=True,
+                      kv_cache=None if kv_caches is None else kv_caches[l])  # (B, T, d)
+        return self.head(self.norm(X))  # (B, T, V)
+
+    @torch.no_grad()
+    def generate(self, prompt: Tensor, max_new_tokens: int, *, greedy: bool = False,
+                 temperature: float = 1.0, top_k: Optional[int] = None,
+                 top_p: Optional[float] = None, use_cache: Optional[bool] = None,
+                 generator: Optional[torch.Generator] = None) -> Tensor:
+        """Continue ``prompt`` by ``max_new_tokens`` tokens, one at a time.
+
+        Each step turns the last position's logits into a distribution with
+        :func:`next_token_probs` and takes its most likely token (``greedy=True``) or a
+        sample from it.
+
+        Args:
+            prompt: ``(B, T0)`` int64 tokens, ``T0 >= 1``.
+            max_new_tokens: a non-negative integer.
+            greedy: keyword-only; the argmax instead of a sample (then ``temperature``,
+                ``top_k`` and ``top_p`` must keep their defaults).
+            temperature, top_k, top_p: keyword-only; see :func:`next_token_probs`.
+            use_cache: keyword-only; ``True`` keeps every layer's keys and values in a
+                :class:`~d2lattn.KVCache` and feeds one new token per step (needs
+                ``T0 + max_new_tokens <= block_size``); ``False`` recomputes the whole
+                context at every step, cropped to the last ``block_size`` tokens; ``None``
+                (default) caches when the text fits the context.
+            generator: keyword-only; the random generator of the samples.
+
+        Returns:
+            ``(B, T0 + max_new_tokens)`` int64, the prompt followed by the new tokens.
+
+        Raises:
+            ValueError: bad arguments (a prompt that is not ``(B, T0)`` integers, a negative
+                length, a bad temperature, top-k or top-p, sampling options with
+                ``greedy=True``, ``use_cache=True`` for a text longer than ``block_size``).
+        """
+        c = self.config
+        if (not isinstance(prompt, Tensor) or prompt.dim() != 2 or prompt.shape[1] < 1
+                or prompt.is_floating_point() or prompt.dtype == torch.bool):
+            raise ValueError("prompt must be an integer tensor of shape (B, T0) with T0 >= 1")
+        if (isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int)
+                or max_new_tokens < 0):
+            raise ValueError(f"max_new_tokens must be a non-negative integer, "
+                             f"got {max_new_tokens!r}")
+        check_bool(greedy=greedy)
+        _check_temperature(temperature)
+        if greedy and (temperature != 1.0 or top_k is not None or top_p is not None):
+            raise ValueError("greedy=True takes the argmax: leave temperature, top_k and top_p "
+                             "at their defaults")
+        if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int)
+                                  or not 1 <= top_k <= c.vocab_size):
+            raise ValueError(f"top_k must be None or an integer in [1, {c.vocab_size}], "
+                             f"got {top_k!r}")
+        if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float))
+                                  or not 0 < top_p <= 1):
+            raise ValueError(f"top_p must be None or a number in (0, 1], got {top_p!r}")
+        total = prompt.shape[1] + max_new_tokens
+        if use_cache is None:
+            use_cache = total <= c.block_size
+        check_bool(use_cache=use_cache)
+        if use_cache and total > c.block_size:
+            raise ValueError(f"use_cache=True needs T0 + max_new_tokens = {total} <= "
+                             f"block_size = {c.block_size}")
+        was_training = self.training
+        self.eval()
+        tokens = prompt
+        caches = self.new_caches() if use_cache else None
+        feed = prompt  # with a cache: the positions not yet seen by the model
+        for _ in range(max_new_tokens):
+            if caches is not None:
+                logits = self(feed, kv_caches=caches)[:, -1]  # (B, V)
+            else:
+                logits = self(tokens[:, -c.block_size:])[:, -1]  # (B, V)
+            if greedy:
+                nxt = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
+            else:
+                probs = next_token_probs(logits, temperature=temperature, top_k=top_k,
+                                         top_p=top_p)
+                nxt = torch.multinomial(probs, 1, generator=generator)  # (B, 1)
+            tokens = torch.cat([tokens, nxt], dim=1)
+            feed = nxt
+        self.train(was_training)
+        return tokens
+
+
+def lr_schedule(step: int, steps: int, lr: float, *, warmup: int = 0,
+                min_ratio: float = 0.1) -> float:
+    """The learning rate of step ``step`` (0-based) out of ``steps``: a linear warm-up over
+    ``warmup`` steps from ``lr / warmup`` to ``lr``, then a cosine decay to ``min_ratio * lr``.
+
+    Example:
+        >>> [round(lr_schedule(s, 10, 1.0, warmup=2), 3) for s in (0, 1, 2, 9)]
+        [0.5, 1.0, 1.0, 0.1]
+
+    Source: Loshchilov & Hutter (2017), SGDR (cosine decay); the warm-up of Vaswani et al.
+    (2017), section 5.3, and Goyal et al. (2017).
+    """
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    progress = (step - warmup) / max(1, steps - 1 - warmup)
+    return lr * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))))
+
+
+def train_lm(model: GPT, data: Tensor, steps: int, *, batch_size: int = 32, lr: float = 2e-3,
+             warmup: int = 50, min_ratio: float = 0.1, clip: Optional[float] = 1.0,
+             weight_decay: float = 0.1, seed: int = 0, stop_after: Optional[int] = None,
+             callback: Optional[Callable[[int, GPT, float], None]] = None) -> List[float]:
+    """Train ``model`` as a next-token predictor on random windows of a token stream.
+
+    AdamW (betas 0.9, 0.95; weight decay on matrices only), the learning rate of
+    :func:`lr_schedule`, gradient-norm clipping at ``clip`` (``None``: no clipping). The
+    windows come from a generator seeded with ``seed``, so two runs with the same seed and the
+    same initial weights see the same batches.
+
+    Args:
+        model: the :class:`GPT` to train (in place).
+        data: ``(N,)`` int64, the training token stream.
+        steps: optimizer steps. batch_size, lr, warmup, min_ratio, clip, weight_decay: as above.
+        seed: keyword-only; the seed of the window generator.
+        stop_after: keyword-only; run only the first ``stop_after`` steps of the ``steps``-step
+            schedule (to retrace the start of a longer run).
+        callback: keyword-only; ``callback(step, model, loss)`` after each step.
+
+    Returns:
+        the training loss of every step (nats per token, on that step's batch, before the
+        update). A non-finite loss stops training (the list ends with it).
+    """
+    check_positive_ints(steps=steps, batch_size=batch_size)
+    if clip is not None and not clip > 0:
+        raise ValueError(f"clip must be None or a positive number, got {clip!r}")
+    T = model.config.block_size
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=lr, betas=(0.9, 0.95))
+    generator = torch.Generator().manual_seed(seed)
+    model.train()
+    losses: List[float] = []
+    for step in range(steps if stop_after is None else min(steps, stop_after)):
+        for group in opt.param_groups:
+            group["lr"] = lr_schedule(step, steps, lr, warmup=warmup, min_ratio=min_ratio)
+        X, Y = random_windows(data, batch_size, T, generator=generator)
+        X, Y = X.to(model.embedding.weight.device), Y.to(model.embedding.weight.device)
+        loss = F.cross_entropy(model(X).flatten(0, 1), Y.flatten())
+        losses.append(loss.item())
+        if not math.isfinite(losses[-1]):
+            break
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if clip is not None:
+            nn.utils.clip_grad_norm_(model.parameters(), clip)
+        opt.step()
+        if callback is not None:
+            callback(step, model, losses[-1])
+    model.eval()
+    return losses
+
+
+@torch.no_grad()
+def held_out_losses(model: GPT, data: Tensor, *, batch_size: int = 64,
+                    max_windows: Optional[int] = None) -> Tensor:
+    """The loss of every prediction on a token stream cut into consecutive windows.
+
+    The stream is cut into windows of ``block_size + 1`` tokens that overlap by one: window
+    ``w`` predicts tokens ``w T + 1 .. w T + T`` from the tokens before them in the window, so
+    every token but the first is predicted once, and the prediction at window position ``t``
+    sees ``t + 1`` tokens of context.
+
+    Args:
+        model: a :class:`GPT`. data: ``(N,)`` int64 tokens.
+        batch_size: windows per forward pass. max_windows: use only the first windows.
+
+    Returns:
+        ``(W, T)`` float: the cross-entropy in **bits** of each prediction, window by window;
+        the mean is the held-out bits per character, the mean over axis 0 the loss by position.
+    """
+    T = model.config.block_size
+    W = (data.numel() - 1) // T
+    if max_windows is not None:
+        W = min(W, max_windows)
+    if W < 1:
+        raise ValueError(f"data must hold more than block_size + 1 = {T + 1} tokens")
+    model.eval()
+    device = model.embedding.weight.device
+    index = torch.arange(W)[:, None] * T + torch.arange(T + 1)  # (W, T + 1)
+    out = []
+    for chunk in index.split(batch_size):
+        windows = data[chunk].to(device)  # (b, T + 1)
+        logits = model(windows[:, :-1])  # (b, T, V)
+        nats = F.cross_entropy(logits.transpose(1, 2), windows[:, 1:], reduction="none")
+        out.append((nats / math.log(2)).cpu())  # (b, T) bits
+    return torch.cat(out)  # (W, T)

@@ -1,0 +1,159 @@
+"""Two real texts for character-level language models, their fixed splits and a tokenizer.
+
+The corpora ship with the library, compressed (``d2lattn/corpora/``, provenance in the README
+there), so that a chapter trains on real text with no network:
+
+* ``"shakespeare"``: the tiny-Shakespeare text of char-rnn (1,115,394 characters, 65 distinct).
+  Held out: the last tenth of the characters (the split of nanoGPT's character-level model).
+* ``"tang"``: 18,492 five-character Tang poems (五言), one poem per line, traditional script
+  (792,241 characters, 6,073 distinct). Held out: whole poems, every tenth one (poems
+  ``9, 19, 29, ...`` in file order), so that a held-out poem is never seen in part.
+
+Example:
+    >>> split = load_split("tang")
+    >>> len(split.train_poems), len(split.held_out_poems)
+    (16643, 1849)
+    >>> split.held_out_poems[0][:12]
+    '新豐停翠輦，譙邑駐鳴笳。'
+"""
+
+from __future__ import annotations
+
+import lzma
+from pathlib import Path
+from typing import Iterable, List, NamedTuple, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from ._checks import check_positive_ints
+
+__all__ = ["CORPORA", "CharTokenizer", "TextSplit", "load_corpus", "load_split", "random_windows"]
+
+_DIR = Path(__file__).parent / "corpora"
+#: The shipped corpora: name -> file in ``d2lattn/corpora/``.
+CORPORA = {"shakespeare": "tinyshakespeare.txt.xz", "tang": "tang_wuyan.txt.xz"}
+
+
+def load_corpus(name: str) -> str:
+    """The full text of a shipped corpus (``"shakespeare"`` or ``"tang"``), decompressed.
+
+    Raises:
+        ValueError: an unknown name.
+    """
+    if name not in CORPORA:
+        raise ValueError(f"name must be one of {sorted(CORPORA)}, got {name!r}")
+    with lzma.open(_DIR / CORPORA[name], "rt", encoding="utf-8") as f:
+        return f.read()
+
+
+class TextSplit(NamedTuple):
+    """A corpus split into training and held-out text.
+
+    Attributes:
+        name: the corpus.
+        text: the whole corpus (the tokenizer's vocabulary is built from it).
+        train, held_out: the two parts, as one string each (poems joined by newlines).
+        train_poems, held_out_poems: for ``"tang"``, the poems of each part (empty otherwise).
+    """
+
+    name: str
+    text: str
+    train: str
+    held_out: str
+    train_poems: List[str]
+    held_out_poems: List[str]
+
+
+def load_split(name: str) -> TextSplit:
+    """The corpus with its fixed held-out split (see the module's docstring).
+
+    Raises:
+        ValueError: an unknown name.
+    """
+    text = load_corpus(name)
+    if name == "shakespeare":
+        cut = int(0.9 * len(text))
+        return TextSplit(name, text, text[:cut], text[cut:], [], [])
+    poems = text.splitlines()
+    train = [p for i, p in enumerate(poems) if i % 10 != 9]
+    held_out = [p for i, p in enumerate(poems) if i % 10 == 9]
+    return TextSplit(name, text, "\n".join(train) + "\n", "\n".join(held_out) + "\n",
+                     train, held_out)
+
+
+class CharTokenizer:
+    """Characters as tokens: the distinct characters of a text, sorted, are ids ``0 .. V-1``.
+
+    A character language model needs no special tokens: a newline ends a speech line or a
+    poem. The vocabulary is closed: encoding a character it does not know is an error.
+
+    Args:
+        text: the text whose characters make up the vocabulary.
+
+    Example:
+        >>> tok = CharTokenizer("hello world")
+        >>> len(tok), tok.encode("hold")
+        (8, tensor([3, 5, 4, 1]))
+        >>> tok.decode(tok.encode("hold"))
+        'hold'
+    """
+
+    def __init__(self, text: str) -> None:
+        if not isinstance(text, str) or not text:
+            raise ValueError("text must be a non-empty string")
+        self.itos: List[str] = sorted(set(text))
+        self.stoi = {ch: i for i, ch in enumerate(self.itos)}
+
+    def __len__(self) -> int:
+        return len(self.itos)
+
+    def __repr__(self) -> str:
+        return f"CharTokenizer({len(self)} characters)"
+
+    def encode(self, text: str) -> Tensor:
+        """``(len(text),)`` int64 ids. Raises ``ValueError`` on a character not in the vocabulary."""
+        if not isinstance(text, str):
+            raise ValueError(f"text must be a string, got {type(text).__name__}")
+        try:
+            return torch.tensor([self.stoi[ch] for ch in text], dtype=torch.long)
+        except KeyError as err:
+            raise ValueError(f"character {err.args[0]!r} is not in the vocabulary") from None
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """The text of a 1-D sequence (list or tensor) of ids."""
+        if isinstance(ids, Tensor):
+            if ids.dim() != 1:
+                raise ValueError(f"ids must be 1-D, got shape {tuple(ids.shape)}")
+            ids = ids.tolist()
+        out = []
+        for i in ids:
+            if not 0 <= int(i) < len(self.itos):
+                raise ValueError(f"ids must lie in [0, {len(self.itos)}), got {int(i)}")
+            out.append(self.itos[int(i)])
+        return "".join(out)
+
+
+def random_windows(data: Tensor, batch_size: int, block_size: int, *,
+                   generator: Optional[torch.Generator] = None) -> Tuple[Tensor, Tensor]:
+    """A batch of random windows of a token stream and their next tokens.
+
+    Args:
+        data: ``(N,)`` int64 token ids, ``N > block_size``.
+        batch_size: B. block_size: T, the context length.
+        generator: keyword-only; the random generator of the window starts.
+
+    Returns:
+        ``(X, Y)``, both ``(B, T)`` int64: ``X[b] = data[s : s+T]``, ``Y[b] = data[s+1 : s+T+1]``.
+
+    Example:
+        >>> X, Y = random_windows(torch.arange(10), 2, 4, generator=torch.Generator().manual_seed(0))
+        >>> bool((Y == X + 1).all()), X.shape
+        (True, torch.Size([2, 4]))
+    """
+    check_positive_ints(batch_size=batch_size, block_size=block_size)
+    if not isinstance(data, Tensor) or data.dim() != 1 or data.numel() <= block_size:
+        raise ValueError(f"data must be a 1-D tensor longer than block_size = {block_size}")
+    starts = torch.randint(0, data.numel() - block_size, (batch_size,), generator=generator)
+    index = starts[:, None] + torch.arange(block_size)  # (B, T)
+    return data[index], data[index + 1]
