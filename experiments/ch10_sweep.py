@@ -19,6 +19,7 @@ everything but the CPU seconds is reproduced exactly on the same machine and tor
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -177,14 +178,19 @@ MODELS = ["vit", "vit, mean pooling", "vit, no positions", "vit, 4x4 patches", "
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="*", default=list(SEEDS))
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args()
+    seeds = args.seeds
     X_train, y_train, X_test, y_test = load_digit_split()
     table = {"split": {"train": len(y_train), "test": len(y_test)},
              "recipe": "AdamW lr 3e-3, one-cycle schedule, 20 epochs, batch 64, 1 thread",
-             "seeds": list(SEEDS), "models": {}, "explanations": {}}
+             "seeds": list(seeds), "models": {}, "explanations": {}}
     names = MODELS + ["vit, no positions, 4x steps, d=64"]
     for name in names:
         row = {"accuracy": [], "cpu_seconds": []}
-        for seed in SEEDS:
+        for seed in seeds:
             torch.manual_seed(seed)
             if name.endswith("d=64"):
                 model, epochs = make_vit(positions=False, num_hiddens=64), 80
@@ -222,10 +228,9 @@ def main() -> None:
               f"cpu {row['cpu_seconds']}", flush=True)
     print("correlations with occlusion:", table["explanations"])
     print("vit extras:", table["vit extras"])
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(table, indent=1) + "\n")
-    print("wrote", OUT.relative_to(Path.cwd()) if OUT.is_relative_to(Path.cwd()) else OUT,
-          file=sys.stderr)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(table, indent=1) + "\n")
+    print("wrote", args.out, file=sys.stderr)
 
 
 if __name__ == "__main__":

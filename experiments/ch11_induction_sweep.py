@@ -9,7 +9,12 @@ writes ``book/data/ch11_induction_sweep.json``. For each seed 0..4 it trains
 - the two-layer, two-head, attention-only model of the chapter (600 Adam steps) and records
   its held-out accuracy, the head scores every 10 steps, the phase-change step, single-head
   and whole-layer ablations (zero and mean) and the generalisation tests;
-- a one-layer model with the same budget (same width, heads and steps);
+  It also reads the circuit off the weights: for each layer-2 head, the share of training
+  tokens that its OV circuit W_U W_O W_V W_E ranks first among the logits when the head attends
+  to them (copying), and the share of query tokens whose K-composition QK circuit (through the
+  layer-1 heads' OV) ranks the key written with the same token first; and where the layer-2
+  heads' queries put their weight in the second and third repetitions (p - 1 and 2p - 1 back).
+- a one-layer model with the same budget (same width, heads and steps), with its loss curve;
 - a bigger one-layer model with 4x the steps (d = 128, 4 heads, 2400 steps).
 
 The tests include sequences that start with 8 non-recurring "distractor" tokens, on which the
@@ -33,8 +38,9 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402
 
 from d2lattn.circuits import (AttentionOnlyTransformer, head_means,  # noqa: E402
-                              induction_accuracy, prefix_matching_score,
-                              previous_token_score, repeated_sequences, train_induction)
+                              induction_accuracy, k_composition_circuit, ov_circuit,
+                              prefix_matching_score, previous_token_score, repeated_sequences,
+                              train_induction)
 
 # The setting of the chapter (keep in sync with the notebook's CONFIG cell)
 VOCAB_SIZE = 32  # token ids 0..31
@@ -75,6 +81,47 @@ def accuracy_split(model, tokens: torch.Tensor, split: int) -> List[float]:
     early[:, split:] = False
     late[:, :split] = False
     return [right[early].float().mean().item(), right[late].float().mean().item()]
+
+
+def lookback_weights(weights: torch.Tensor, period: torch.Tensor) -> Dict[str, List[float]]:
+    """Per head, the mean weight that queries of the 2nd and 3rd repetitions put p - 1 and
+    2p - 1 places back (the key after the latest and after the first earlier copy).
+
+    weights: (B, h, T, T) of one layer; period: (B,). Returns lists of h floats."""
+    B, h, T, _ = weights.shape
+    sums: Dict[str, List[torch.Tensor]] = {}
+    for b in range(B):
+        p = int(period[b])
+        for t in range(p, T):
+            rep = "2nd" if t < 2 * p else "3rd"
+            sums.setdefault(f"{rep} repetition, p - 1 back", []).append(weights[b, :, t, t - p + 1])
+            if rep == "3rd":
+                sums.setdefault("3rd repetition, 2p - 1 back", []).append(
+                    weights[b, :, t, t - 2 * p + 1])
+    return {key: torch.stack(v).mean(dim=0).tolist() for key, v in sums.items()}
+
+
+def diagonal_first(M: torch.Tensor, dim: int) -> float:
+    """Share of the training tokens j whose own entry is the largest along ``dim`` of M[:, j]
+    (dim 0: the column of logits, copying) or M[j, :] (dim 1: the row of keys)."""
+    tokens = torch.tensor(TRAIN_VOCAB)
+    if dim == 0:
+        top = M[:, tokens].argmax(dim=0)  # (n,) among all V logits
+    else:
+        top = tokens[M[tokens][:, tokens].argmax(dim=1)]  # (n,) among the training tokens
+    return (top == tokens).float().mean().item()
+
+
+def circuit_scores(model) -> dict:
+    """Copying (OV) and K-composition (QK) scores of the layer-2 heads, read off the weights."""
+    h = model.blocks[1].num_heads
+    return {"ov copying, layer 2": [diagonal_first(ov_circuit(model, 1, k), 0) for k in range(h)],
+            "ov copying, layer 1": [diagonal_first(ov_circuit(model, 0, k), 0) for k in range(h)],
+            "k-composition, layer 2 via both layer-1 heads":
+                [diagonal_first(k_composition_circuit(model, k), 1) for k in range(h)],
+            "k-composition, layer 2 via layer-1 head m": [
+                [diagonal_first(k_composition_circuit(model, k, source_heads=[m]), 1)
+                 for m in range(model.blocks[0].num_heads)] for k in range(h)]}
 
 
 def train_two_layer(seed: int) -> dict:
@@ -118,11 +165,20 @@ def train_two_layer(seed: int) -> dict:
                        for l in range(L)],
         }
     generalisation = {name: induction_accuracy(model, tokens) for name, tokens in tests.items()}
+    period = repeated_sequences(512, SEQ_LEN, TRAIN_VOCAB, PERIODS,
+                                generator=torch.Generator().manual_seed(TEST_SEED))[1]  # (B,)
+    induction_accuracy(model, held_out)  # fills attention_weights
+    lookback = lookback_weights(model.blocks[1].attention_weights, period)
+    circuits = circuit_scores(model)
+    torch.manual_seed(seed)  # the same initialisation, untrained: the chance level of the scores
+    circuits_at_init = circuit_scores(
+        AttentionOnlyTransformer(VOCAB_SIZE, num_hiddens=64, num_heads=2, num_layers=2))
     generalisation["length 64, positions < 32"], generalisation["length 64, positions >= 32"] = \
         accuracy_split(model, tests["length 64"], 32)
     return {"seed": seed, "losses": losses, "history": history,
             "phase_step": phase, "accuracy": base, "ablation": ablation,
-            "generalisation": generalisation}
+            "generalisation": generalisation, "lookback_layer_2": lookback,
+            "circuits": circuits, "circuits_at_init": circuits_at_init}
 
 
 def train_one_layer(seed: int, num_hiddens: int, num_heads: int, steps: int) -> dict:
@@ -137,6 +193,7 @@ def train_one_layer(seed: int, num_hiddens: int, num_heads: int, steps: int) -> 
     weights = model.blocks[0].attention_weights  # (B, h, T, T)
     return {"seed": seed, "num_hiddens": num_hiddens, "num_heads": num_heads, "steps": steps,
             "accuracy": accuracy, "final_loss": sum(losses[-50:]) / 50,
+            **({"losses": losses} if steps == STEPS else {}),
             "previous_token": previous_token_score(weights).tolist(),
             "prefix_matching": prefix_matching_score(weights, held_out).tolist(),
             "generalisation": {name: induction_accuracy(model, tokens)
