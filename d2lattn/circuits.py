@@ -674,7 +674,8 @@ def k_composition_circuit(model: AttentionOnlyTransformer, head: int, *, layer: 
     """
     _check_head(model, layer, head)
     if layer < 1:
-        raise ValueError(f"layer must be at least 1 (a layer before it to compose with), got {layer}")
+        raise ValueError(f"layer must be at least 1 (a layer before it to compose with), "
+                         f"got {layer}")
     h = model.blocks[layer].num_heads
     sources = list(range(model.blocks[layer - 1].num_heads)) if source_heads is None \
         else list(source_heads)

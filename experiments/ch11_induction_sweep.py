@@ -83,22 +83,23 @@ def accuracy_split(model, tokens: torch.Tensor, split: int) -> List[float]:
     return [right[early].float().mean().item(), right[late].float().mean().item()]
 
 
+@torch.no_grad()
 def lookback_weights(weights: torch.Tensor, period: torch.Tensor) -> Dict[str, List[float]]:
     """Per head, the mean weight that queries of the 2nd and 3rd repetitions put p - 1 and
-    2p - 1 places back (the key after the latest and after the first earlier copy).
+    2p - 1 places back (on the key after the latest, and after the first, earlier copy).
 
-    weights: (B, h, T, T) of one layer; period: (B,). Returns lists of h floats."""
+    weights: (B, h, T, T) of one layer; period: (B,). Returns lists of h floats. (The same
+    function as the chapter's.)"""
     B, h, T, _ = weights.shape
-    sums: Dict[str, List[torch.Tensor]] = {}
-    for b in range(B):
-        p = int(period[b])
-        for t in range(p, T):
-            rep = "2nd" if t < 2 * p else "3rd"
-            sums.setdefault(f"{rep} repetition, p - 1 back", []).append(weights[b, :, t, t - p + 1])
-            if rep == "3rd":
-                sums.setdefault("3rd repetition, 2p - 1 back", []).append(
-                    weights[b, :, t, t - 2 * p + 1])
-    return {key: torch.stack(v).mean(dim=0).tolist() for key, v in sums.items()}
+    t, p = torch.arange(T), period[:, None]  # (T,), (B, 1)
+    out = {}
+    for name, rows, back in [("2nd repetition, p - 1 back", (t >= p) & (t < 2 * p), p - 1),
+                             ("3rd repetition, p - 1 back", t >= 2 * p, p - 1),
+                             ("3rd repetition, 2p - 1 back", t >= 2 * p, 2 * p - 1)]:
+        key = (t - back).clamp(min=0)  # (B, T)
+        w = weights.gather(-1, key[:, None, :, None].expand(B, h, T, 1))[..., 0]  # (B, h, T)
+        out[name] = w.transpose(0, 1)[:, rows].mean(dim=-1).tolist()  # (h,)
+    return out
 
 
 def diagonal_first(M: torch.Tensor, dim: int) -> float:
