@@ -6,8 +6,8 @@ Reproduces the table that ``book/ch11_induction_heads.ipynb`` reads:
     python experiments/ch11_induction_sweep.py --seeds 5 6 --out fresh.json   # fresh seeds
     python experiments/ch11_induction_sweep.py --merge a.json b.json --out all.json
 
-writes ``book/data/ch11_induction_sweep.json``. For each seed (by default 0..4, the seeds the chapter was written
-from; ``--seeds`` runs fresh ones) it trains
+writes ``book/data/ch11_induction_sweep.json``. For each seed (by default 0..4, the seeds
+the chapter was written from; ``--seeds`` runs fresh ones) it trains
 
 - the two-layer, two-head, attention-only model of the chapter (600 Adam steps) and records
   its held-out accuracy, the head scores every 10 steps, the phase-change step, single-head
