@@ -51,7 +51,8 @@ OUT = Path(__file__).resolve().parents[1] / "book" / "data" / "ch10_sweep.json"
 # ---- the chapter's code, copied verbatim (the chapter checks seed 0 against this table) ----
 def load_digit_split():
     digits = load_digits()
-    images = torch.tensor(digits.images, dtype=torch.float32)[:, None] / 16.0  # (1797, 1, 8, 8)
+    images = torch.tensor(digits.images, dtype=torch.float32)[:, None] / 16.0
+    # images: (1797, 1, 8, 8)
     labels = torch.tensor(digits.target)  # (1797,) digits 0..9
     train_idx, test_idx = train_test_split(np.arange(len(labels)), test_size=0.2,
                                            stratify=digits.target, random_state=0)
@@ -61,14 +62,16 @@ def load_digit_split():
 def make_vit(patch_size=2, pool="cls", positions=True, num_hiddens=32):
     return VisionTransformer(image_size=8, patch_size=patch_size, num_classes=10,
                              num_hiddens=num_hiddens, num_heads=4, num_layers=2,
-                             ffn_num_hiddens=2 * num_hiddens, pool=pool, positions=positions)
+                             ffn_num_hiddens=2 * num_hiddens, pool=pool,
+                             positions=positions)
 
 
 def make_model(name):
     if name == "logistic":
         return nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
     if name == "mlp":
-        return nn.Sequential(nn.Flatten(), nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10))
+        return nn.Sequential(nn.Flatten(), nn.Linear(64, 256), nn.ReLU(),
+                             nn.Linear(256, 10))
     if name == "cnn":
         return nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(),
                              nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(),
@@ -113,26 +116,28 @@ def spearman(a, b):
 
 
 def explanation_scores(vit, X, y):
-    """Per test image, four (N,) patch scores: occlusion drop, ink, rollout, last attention."""
+    """Per test image, four (N,) patch scores: occlusion, ink, rollout, attention."""
     with torch.no_grad():
         vit(X)
     weights = vit.attention_weights  # (L, B, h, T, T)
     return {"occlusion": occlusion_map(vit, X, y, patch_size=2),  # (B, N)
             "ink": patchify(X, 2).sum(dim=-1),  # (B, N)
-            "rollout": attention_rollout(weights)[:, 0, 1:],  # (B, N): class token's row
+            "rollout": attention_rollout(weights)[:, 0, 1:],  # (B, N): class token row
             "last-layer attention": weights[-1].mean(dim=1)[:, 0, 1:]}  # (B, N)
 
 
 def mean_correlations(scores):
     occ = scores["occlusion"].numpy()
-    return {name: float(np.nanmean([spearman(occ[b], s[b].numpy()) for b in range(len(occ))]))
+    return {name: float(np.nanmean([spearman(occ[b], s[b].numpy())
+                                    for b in range(len(occ))]))
             for name, s in scores.items() if name != "occlusion"}
 
 
 def neighbour_similarity(similarity, n=4):
     index = torch.arange(n * n)
     rows, cols = index // n, index % n  # grid coordinates of each patch
-    grid_distance = (rows[:, None] - rows).abs() + (cols[:, None] - cols).abs()  # (N, N)
+    grid_distance = ((rows[:, None] - rows).abs()
+                     + (cols[:, None] - cols).abs())  # (N, N)
     return (similarity[grid_distance == 1].mean().item(),
             similarity[grid_distance >= 2].mean().item())
 
@@ -145,7 +150,7 @@ def corner_similarity(similarity, n=4):
 
 
 def shift_right(images, pixels=1):
-    return F.pad(images, (pixels, 0))[..., :images.shape[-1]]  # blank columns enter on the left
+    return F.pad(images, (pixels, 0))[..., :images.shape[-1]]  # blanks enter at left
 
 
 def inked_correlations(scores):
@@ -159,13 +164,14 @@ def inked_correlations(scores):
 def rollout_correlations(vit, X, y, alphas=(0.0, 0.5, 0.9)):
     scores = explanation_scores(vit, X, y)
     with torch.no_grad():
-        vit(X)  # occlusion_map ran the model last: read the weights of the unmasked images
+        vit(X)  # occlusion_map ran the model last: the weights of the unmasked images
     weights = vit.attention_weights  # (L, B, h, T, T)
     occ = scores["occlusion"].numpy()
     out = {}
     for alpha in alphas:
         R = attention_rollout(weights, alpha)[:, 0, 1:].numpy()  # (B, N)
-        out[alpha] = float(np.nanmean([spearman(occ[b], R[b]) for b in range(len(occ))]))
+        out[alpha] = float(np.nanmean([spearman(occ[b], R[b])
+                                       for b in range(len(occ))]))
     return out
 # ---- end of the chapter's code ----
 
