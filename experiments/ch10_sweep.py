@@ -9,8 +9,9 @@ repository root:
 
 For each seed (by default 0..9: 0..4, the seeds the chapter was written from, and 5..9, fresh
 seeds run after it; --seeds runs others) it trains every model of the chapter with the
-chapter's recipe on the same stratified split of scikit-learn's digits, and records test accuracy (also on the test digits
-shifted one pixel right), parameter count and training CPU seconds. For the main ViT it also
+chapter's recipe on the same stratified split of scikit-learn's digits, and records test
+accuracy (also on the test digits shifted one pixel right), parameter count and training CPU
+seconds. For the main ViT it also
 records the mean Spearman rank correlation, over the test images, between the occlusion map
 and three candidate explanations (ink per patch, attention rollout, raw last-layer attention of
 the class token), the same over inked patches only and for other rollout residual weights, the
