@@ -13,7 +13,10 @@ Induction Heads":
   attention falls on the previous token, and on the token after an earlier occurrence of the
   current token (the signature of an induction head);
 - :func:`induction_loss`, :func:`induction_accuracy`, :func:`head_means` and
-  :func:`train_induction` — training and ablation on the determined positions.
+  :func:`train_induction` — training and ablation on the determined positions;
+- :func:`ov_circuit` and :func:`k_composition_circuit` — the same heads read off the weights:
+  the token-to-logit map of a head's values, and the token-to-token score that a layer-2 key
+  gets from what a layer-1 head wrote into it.
 
 Shape legend: B batch, T sequence length, V vocabulary size, d ``num_hiddens``, h heads,
 L layers, d_h = d / h.
@@ -45,6 +48,8 @@ __all__ = [
     "head_means",
     "induction_accuracy",
     "induction_loss",
+    "k_composition_circuit",
+    "ov_circuit",
     "prefix_matching_score",
     "previous_token_score",
     "repeated_sequences",
@@ -558,3 +563,111 @@ def train_induction(
             callback(step, model)
     model.eval()
     return losses
+
+
+def _head_rows(linear: nn.Linear, head: int, num_heads: int) -> Tensor:
+    """Head ``head``'s ``d_h`` output rows of a ``(d, d)`` projection: ``(d_h, d)``."""
+    d_h = linear.weight.shape[0] // num_heads
+    return linear.weight[head * d_h:(head + 1) * d_h]
+
+
+def _check_head(model: object, layer: int, head: int) -> None:
+    if not isinstance(model, AttentionOnlyTransformer):
+        raise ValueError(f"model must be an AttentionOnlyTransformer, got {type(model).__name__}")
+    L, h = len(model.blocks), model.blocks[0].num_heads
+    for name, value, bound in (("layer", layer, L), ("head", head, h)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < bound:
+            raise ValueError(f"{name} must be an integer in [0, {bound}), got {value!r}")
+
+
+def _ov(model: AttentionOnlyTransformer, layer: int, head: int) -> Tensor:
+    """``W_OV = W_O^{(l,k)} W_V^{(l,k)}``, ``(d, d)``, acting on column vectors."""
+    mha, h = model.blocks[layer].attention, model.blocks[layer].num_heads
+    d_h = mha.W_o.weight.shape[1] // h
+    W_O = mha.W_o.weight[:, head * d_h:(head + 1) * d_h]  # (d, d_h)
+    return W_O @ _head_rows(mha.W_v, head, h)  # (d, d)
+
+
+@torch.no_grad()
+def ov_circuit(model: AttentionOnlyTransformer, layer: int, head: int) -> Tensor:
+    r"""The OV circuit of one head on the direct path: what attending to a token adds to the logits.
+
+    .. math:: \mathbf M = \mathbf W_U \mathbf W_O^{(l,k)} \mathbf W_V^{(l,k)} \mathbf W_E
+
+    with column vectors: :math:`\mathbf W_E` ``(d, V)`` holds the token embeddings as columns,
+    :math:`\mathbf W_U` ``(V, d)`` is the unembedding. Column ``j`` of ``M`` is the change of the
+    ``V`` logits when the head puts weight 1 on a position holding token ``j`` (the residual
+    stream there taken to be the token's embedding alone: positions and earlier heads left out).
+    A copying head ranks token ``j`` first in column ``j``.
+
+    Args:
+        model: an :class:`AttentionOnlyTransformer`.
+        layer, head: which head, 0-based.
+
+    Returns:
+        ``(V, V)`` float, ``M[i, j]`` = logit of token ``i`` per unit of attention on token ``j``.
+
+    Raises:
+        ValueError: a model of another kind, or a layer or head out of range.
+
+    Example:
+        >>> model = AttentionOnlyTransformer(vocab_size=10, num_hiddens=8, num_heads=2)
+        >>> ov_circuit(model, 1, 0).shape
+        torch.Size([10, 10])
+
+    Source: Elhage et al. (2021), "A Mathematical Framework for Transformer Circuits" (the OV
+    circuit and its copying behaviour); book chapter 11.
+    """
+    _check_head(model, layer, head)
+    W_E = model.embedding.weight.T  # (d, V)
+    return model.unembed.weight @ _ov(model, layer, head) @ W_E  # (V, V)
+
+
+@torch.no_grad()
+def k_composition_circuit(model: AttentionOnlyTransformer, head: int, *, layer: int = 1,
+                          source_heads: Optional[Sequence[int]] = None) -> Tensor:
+    r"""The QK circuit of a head through K-composition with the heads of the layer before.
+
+    .. math:: \mathbf S = \mathbf W_E^\top \mathbf W_Q^{(l,k)\top} \mathbf W_K^{(l,k)}
+              \Big(\sum_{m} \mathbf W_O^{(l-1,m)} \mathbf W_V^{(l-1,m)}\Big) \mathbf W_E
+
+    ``S[i, j]`` is the part of the score (before the :math:`1/\sqrt{d_h}` scaling) between a
+    query holding token ``i`` and a key into which the earlier heads ``m`` wrote token ``j``
+    with weight 1: for a previous-token head, a key whose *previous* token is ``j``. An
+    induction head ranks ``j = i`` first in row ``i``. Positions and the direct path are left
+    out.
+
+    Args:
+        model: an :class:`AttentionOnlyTransformer` with at least ``layer + 1`` layers.
+        head: the head of layer ``layer`` whose keys read the earlier heads.
+        layer: its layer, at least 1 (default 1, the second layer).
+        source_heads: heads of layer ``layer - 1`` to compose with (default: all of them).
+
+    Returns:
+        ``(V, V)`` float, rows = query tokens, columns = the token written into the key.
+
+    Raises:
+        ValueError: a model of another kind, ``layer < 1``, or a layer or head out of range.
+
+    Example:
+        >>> model = AttentionOnlyTransformer(vocab_size=10, num_hiddens=8, num_heads=2)
+        >>> k_composition_circuit(model, 0, source_heads=[1]).shape
+        torch.Size([10, 10])
+
+    Source: Elhage et al. (2021), "A Mathematical Framework for Transformer Circuits"
+    (K-composition and the QK circuit of induction heads); book chapter 11.
+    """
+    _check_head(model, layer, head)
+    if layer < 1:
+        raise ValueError(f"layer must be at least 1 (a layer before it to compose with), "
+                         f"got {layer}")
+    h = model.blocks[layer].num_heads
+    sources = list(range(model.blocks[layer - 1].num_heads)) if source_heads is None \
+        else list(source_heads)
+    for m in sources:
+        _check_head(model, layer - 1, m)
+    mha = model.blocks[layer].attention
+    W_E = model.embedding.weight.T  # (d, V)
+    W_QK = _head_rows(mha.W_q, head, h).T @ _head_rows(mha.W_k, head, h)  # (d, d)
+    W_OV = sum(_ov(model, layer - 1, m) for m in sources)  # (d, d)
+    return W_E.T @ W_QK @ W_OV @ W_E  # (V, V)

@@ -2,19 +2,30 @@
 
 Reproduces the table that ``book/ch11_induction_heads.ipynb`` reads:
 
-    python experiments/ch11_induction_sweep.py            # about 5 CPU minutes, one thread
+    python experiments/ch11_induction_sweep.py            # about 2 CPU minutes per seed
+    python experiments/ch11_induction_sweep.py --seeds 5 6 --out fresh.json   # fresh seeds
+    python experiments/ch11_induction_sweep.py --merge a.json b.json --out all.json
 
-writes ``book/data/ch11_induction_sweep.json``. For each seed 0..4 it trains
+writes ``book/data/ch11_induction_sweep.json``. For each seed (by default 0..9: 0..4, the
+seeds the chapter was written from, and 5..9, fresh seeds run after it; ``--seeds`` runs
+others) it trains
 
 - the two-layer, two-head, attention-only model of the chapter (600 Adam steps) and records
   its held-out accuracy, the head scores every 10 steps, the phase-change step, single-head
   and whole-layer ablations (zero and mean) and the generalisation tests;
-- a one-layer model with the same budget (same width, heads and steps);
+  It also reads the circuit off the weights: for each layer-2 head, the share of training
+  tokens that its OV circuit W_U W_O W_V W_E ranks first among the logits when the head attends
+  to them (copying), and the share of query tokens whose K-composition QK circuit (through the
+  layer-1 heads' OV) ranks the key written with the same token first; and where the layer-2
+  heads' queries put their weight in the second and third repetitions (p - 1 and 2p - 1 back).
+- a one-layer model with the same budget (same width, heads and steps), with its loss curve;
 - a bigger one-layer model with 4x the steps (d = 128, 4 heads, 2400 steps).
 
 The tests include sequences that start with 8 non-recurring "distractor" tokens, on which the
 shortcut "predict the least recently seen token" fails while induction still works.
 
+Each seed's runs are independent of the other seeds and models, so tables of disjoint seeds
+(``--seeds``) or models (``--models``) can be merged into what one run of all would write.
 Every run uses ``torch.set_num_threads(1)``; results depend on the seed and, in their last
 bits, on the CPU, which is why the chapter compares its live run with a tolerance.
 """
@@ -33,8 +44,9 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402
 
 from d2lattn.circuits import (AttentionOnlyTransformer, head_means,  # noqa: E402
-                              induction_accuracy, prefix_matching_score,
-                              previous_token_score, repeated_sequences, train_induction)
+                              induction_accuracy, k_composition_circuit, ov_circuit,
+                              prefix_matching_score, previous_token_score, repeated_sequences,
+                              train_induction)
 
 # The setting of the chapter (keep in sync with the notebook's CONFIG cell)
 VOCAB_SIZE = 32  # token ids 0..31
@@ -44,7 +56,7 @@ SEQ_LEN, PERIODS = 32, (6, 16)
 STEPS, LR, BATCH = 600, 1e-3, 64
 EVAL_EVERY = 10
 TEST_SEED = 1000  # the held-out batch
-SEEDS = [0, 1, 2, 3, 4]
+SEEDS = list(range(10))  # the committed table; add fresh seeds with --seeds
 
 
 def test_sets() -> Dict[str, torch.Tensor]:
@@ -75,6 +87,48 @@ def accuracy_split(model, tokens: torch.Tensor, split: int) -> List[float]:
     early[:, split:] = False
     late[:, :split] = False
     return [right[early].float().mean().item(), right[late].float().mean().item()]
+
+
+@torch.no_grad()
+def lookback_weights(weights: torch.Tensor, period: torch.Tensor) -> Dict[str, List[float]]:
+    """Per head, the mean weight that queries of the 2nd and 3rd repetitions put p - 1 and
+    2p - 1 places back (on the key after the latest, and after the first, earlier copy).
+
+    weights: (B, h, T, T) of one layer; period: (B,). Returns lists of h floats. (The same
+    function as the chapter's.)"""
+    B, h, T, _ = weights.shape
+    t, p = torch.arange(T), period[:, None]  # (T,), (B, 1)
+    out = {}
+    for name, rows, back in [("2nd repetition, p - 1 back", (t >= p) & (t < 2 * p), p - 1),
+                             ("3rd repetition, p - 1 back", t >= 2 * p, p - 1),
+                             ("3rd repetition, 2p - 1 back", t >= 2 * p, 2 * p - 1)]:
+        key = (t - back).clamp(min=0)  # (B, T)
+        w = weights.gather(-1, key[:, None, :, None].expand(B, h, T, 1))[..., 0]  # (B, h, T)
+        out[name] = w.transpose(0, 1)[:, rows].mean(dim=-1).tolist()  # (h,)
+    return out
+
+
+def diagonal_first(M: torch.Tensor, dim: int) -> float:
+    """Share of the training tokens j whose own entry is the largest along ``dim`` of M[:, j]
+    (dim 0: the column of logits, copying) or M[j, :] (dim 1: the row of keys)."""
+    tokens = torch.tensor(TRAIN_VOCAB)
+    if dim == 0:
+        top = M[:, tokens].argmax(dim=0)  # (n,) among all V logits
+    else:
+        top = tokens[M[tokens][:, tokens].argmax(dim=1)]  # (n,) among the training tokens
+    return (top == tokens).float().mean().item()
+
+
+def circuit_scores(model) -> dict:
+    """Copying (OV) and K-composition (QK) scores of the layer-2 heads, read off the weights."""
+    h = model.blocks[1].num_heads
+    return {"ov copying, layer 2": [diagonal_first(ov_circuit(model, 1, k), 0) for k in range(h)],
+            "ov copying, layer 1": [diagonal_first(ov_circuit(model, 0, k), 0) for k in range(h)],
+            "k-composition, layer 2 via both layer-1 heads":
+                [diagonal_first(k_composition_circuit(model, k), 1) for k in range(h)],
+            "k-composition, layer 2 via layer-1 head m": [
+                [diagonal_first(k_composition_circuit(model, k, source_heads=[m]), 1)
+                 for m in range(model.blocks[0].num_heads)] for k in range(h)]}
 
 
 def train_two_layer(seed: int) -> dict:
@@ -118,11 +172,20 @@ def train_two_layer(seed: int) -> dict:
                        for l in range(L)],
         }
     generalisation = {name: induction_accuracy(model, tokens) for name, tokens in tests.items()}
+    period = repeated_sequences(512, SEQ_LEN, TRAIN_VOCAB, PERIODS,
+                                generator=torch.Generator().manual_seed(TEST_SEED))[1]  # (B,)
+    induction_accuracy(model, held_out)  # fills attention_weights
+    lookback = lookback_weights(model.blocks[1].attention_weights, period)
+    circuits = circuit_scores(model)
+    torch.manual_seed(seed)  # the same initialisation, untrained: the chance level of the scores
+    circuits_at_init = circuit_scores(
+        AttentionOnlyTransformer(VOCAB_SIZE, num_hiddens=64, num_heads=2, num_layers=2))
     generalisation["length 64, positions < 32"], generalisation["length 64, positions >= 32"] = \
         accuracy_split(model, tests["length 64"], 32)
     return {"seed": seed, "losses": losses, "history": history,
             "phase_step": phase, "accuracy": base, "ablation": ablation,
-            "generalisation": generalisation}
+            "generalisation": generalisation, "lookback_layer_2": lookback,
+            "circuits": circuits, "circuits_at_init": circuits_at_init}
 
 
 def train_one_layer(seed: int, num_hiddens: int, num_heads: int, steps: int) -> dict:
@@ -137,6 +200,7 @@ def train_one_layer(seed: int, num_hiddens: int, num_heads: int, steps: int) -> 
     weights = model.blocks[0].attention_weights  # (B, h, T, T)
     return {"seed": seed, "num_hiddens": num_hiddens, "num_heads": num_heads, "steps": steps,
             "accuracy": accuracy, "final_loss": sum(losses[-50:]) / 50,
+            **({"losses": losses} if steps == STEPS else {}),
             "previous_token": previous_token_score(weights).tolist(),
             "prefix_matching": prefix_matching_score(weights, held_out).tolist(),
             "generalisation": {name: induction_accuracy(model, tokens)
@@ -154,12 +218,43 @@ def _rounded(obj):
     return obj
 
 
+MODELS = {"two_layer": lambda seed: train_two_layer(seed),
+          "one_layer": lambda seed: train_one_layer(seed, 64, 2, STEPS),
+          "one_layer_big": lambda seed: train_one_layer(seed, 128, 4, 4 * STEPS)}
+
+
+def merge_tables(tables: List[dict]) -> dict:
+    """Merge tables of disjoint seeds or models into one, runs sorted by seed."""
+    merged: dict = {"config": tables[0]["config"], "two_layer": [], "one_layer": [],
+                    "one_layer_big": []}
+    for table in tables:
+        if table["config"] != merged["config"]:
+            raise ValueError("tables made with different settings")
+        for name in ("two_layer", "one_layer", "one_layer_big"):
+            merged[name] += table[name]
+    for name in ("two_layer", "one_layer", "one_layer_big"):
+        seeds = [run["seed"] for run in merged[name]]
+        if len(set(seeds)) != len(seeds):
+            raise ValueError(f"{name}: a seed appears twice")
+        merged[name].sort(key=lambda run: run["seed"])
+    return merged
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="*", default=SEEDS)
+    parser.add_argument("--models", nargs="*", default=list(MODELS), choices=list(MODELS),
+                        help="which of the three models to train (default: all)")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1]
                         / "book" / "data" / "ch11_induction_sweep.json")
+    parser.add_argument("--merge", type=Path, nargs="+",
+                        help="merge these tables (disjoint seeds or models) into --out")
     args = parser.parse_args()
+    if args.merge:
+        table = merge_tables([json.loads(path.read_text()) for path in args.merge])
+        args.out.write_text(json.dumps(table, separators=(",", ":")) + "\n")
+        print(f"wrote {args.out}")
+        return
     torch.set_num_threads(1)
     table = {"config": {"vocab_size": VOCAB_SIZE, "train_vocab": TRAIN_VOCAB,
                         "seq_len": SEQ_LEN, "periods": PERIODS, "steps": STEPS, "lr": LR,
@@ -168,14 +263,11 @@ def main() -> None:
              "two_layer": [], "one_layer": [], "one_layer_big": []}
     for seed in args.seeds:
         start = time.process_time()
-        table["two_layer"].append(train_two_layer(seed))
-        table["one_layer"].append(train_one_layer(seed, 64, 2, STEPS))
-        table["one_layer_big"].append(train_one_layer(seed, 128, 4, 4 * STEPS))
-        two = table["two_layer"][-1]
-        print(f"seed {seed}: 2-layer {two['accuracy']:.3f} (phase change at step "
-              f"{two['phase_step']}), 1-layer {table['one_layer'][-1]['accuracy']:.3f}, "
-              f"1-layer 4x {table['one_layer_big'][-1]['accuracy']:.3f}, "
-              f"{time.process_time() - start:.0f} CPU s", flush=True)
+        for name in args.models:
+            table[name].append(MODELS[name](seed))
+        report = {name: f"{table[name][-1]['accuracy']:.3f}" for name in args.models}
+        print(f"seed {seed}: accuracy {report}, {time.process_time() - start:.0f} CPU s",
+              flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(_rounded(table), separators=(",", ":")) + "\n")
     print(f"wrote {args.out}")

@@ -6,8 +6,8 @@ import torch.nn.functional as F
 
 from d2lattn.circuits import (AttentionOnlyBlock, AttentionOnlyTransformer,
                               determined_positions, head_means, induction_accuracy,
-                              induction_loss, prefix_matching_score, previous_token_score,
-                              repeated_sequences)
+                              induction_loss, k_composition_circuit, ov_circuit,
+                              prefix_matching_score, previous_token_score, repeated_sequences)
 from d2lattn.masking import causal_mask
 from d2lattn.multihead import MultiHeadAttention
 
@@ -202,7 +202,49 @@ def test_loss_and_accuracy_of_a_perfect_and_a_wrong_predictor():
     (lambda: AttentionOnlyBlock(8, 2)(torch.zeros(1, 3, 6)), "X"),
     (lambda: AttentionOnlyBlock(8, 2)(torch.zeros(1, 3, 8), ablate={0: torch.zeros(5)}), "ablate"),
     (lambda: induction_accuracy(lambda t: t, torch.arange(5)[None]), "tokens"),
+    (lambda: ov_circuit(AttentionOnlyTransformer(10, 8, 2), 2, 0), "layer"),
+    (lambda: ov_circuit(AttentionOnlyTransformer(10, 8, 2), 0, 2), "head"),
+    (lambda: ov_circuit(AttentionOnlyBlock(8, 2), 0, 0), "model"),
+    (lambda: k_composition_circuit(AttentionOnlyTransformer(10, 8, 2), 0, layer=0), "layer"),
+    (lambda: k_composition_circuit(AttentionOnlyTransformer(10, 8, 2), 0, source_heads=[3]),
+     "head"),
 ])
 def test_bad_input_names_the_argument(call, name):
     with pytest.raises(ValueError, match=name):
         call()
+
+
+def _model_without_positions(num_layers):
+    torch.manual_seed(0)
+    model = AttentionOnlyTransformer(7, num_hiddens=8, num_heads=2, num_layers=num_layers).double()
+    with torch.no_grad():
+        for p in model.positions.parameters():
+            p.zero_()
+    return model
+
+
+def test_ov_circuit_is_what_a_head_adds_to_the_logits():
+    # A one-token sequence: the head's only key is the token itself, with weight 1, and with
+    # the positions zeroed the residual stream there is the token's embedding.
+    model = _model_without_positions(num_layers=1)
+    for head in range(2):
+        M = ov_circuit(model, 0, head)  # (V, V)
+        for j in range(7):
+            _, heads = model(torch.tensor([[j]]), return_heads=True)  # (L, B, h, T, d)
+            added = model.unembed(heads[0, 0, head, 0])  # (V,)
+            torch.testing.assert_close(M[:, j], added, rtol=0, atol=1e-12)
+
+
+def test_k_composition_circuit_is_the_score_of_a_key_written_by_layer_1():
+    model = _model_without_positions(num_layers=2)
+    mha, E = model.blocks[1].attention, model.embedding.weight  # E: (V, d)
+    for head in range(2):
+        for sources in ([0], [1], [0, 1]):
+            S = k_composition_circuit(model, head, source_heads=sources)  # (V, V)
+            _, heads = model(torch.arange(7)[:, None], return_heads=True)  # (L, V, h, 1, d)
+            written = heads[0, :, sources, 0].sum(dim=1)  # (V, d): layer 1's write per token
+            q = mha.split_heads(mha.W_q(E[None]))[0, head]  # (V, d_h)
+            k = mha.split_heads(mha.W_k(written[None]))[0, head]  # (V, d_h)
+            torch.testing.assert_close(S, q @ k.T, rtol=0, atol=1e-12)
+        torch.testing.assert_close(k_composition_circuit(model, head),
+                                   k_composition_circuit(model, head, source_heads=[0, 1]))
