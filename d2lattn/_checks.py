@@ -613,3 +613,24 @@ def check_diagnostic_time_axis(out: Tensor, B: int, T: int, what: str) -> None:
     if out.dim() < 2 or out.shape[1] != T:
         raise ValueError(f"{what} needs outputs of shape (B, T, ...) = ({B}, {T}, ...), got "
                          f"{tuple(out.shape)}")
+
+
+def check_layer_and_head(layer: object, head: object, num_layers: int, num_heads: int) -> None:
+    """Raise ``ValueError`` unless ``layer`` is an int in [0, num_layers) and ``head`` one in
+    [0, num_heads) (the head read by d2lattn.circuits' OV and QK circuits)."""
+    for name, value, bound in (("layer", layer, num_layers), ("head", head, num_heads)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < bound:
+            raise ValueError(f"{name} must be an integer in [0, {bound}), got {value!r}")
+
+
+def check_logits(logits: object) -> None:
+    """Raise ``ValueError`` unless ``logits`` is a float tensor of shape (..., V) (d2lattn.gpt)."""
+    if not isinstance(logits, Tensor) or not logits.is_floating_point() or logits.dim() < 1:
+        raise ValueError("logits must be a float tensor of shape (..., V)")
+
+
+def check_temperature(temperature: object) -> None:
+    """Raise ``ValueError`` unless ``temperature`` is a positive finite number (d2lattn.gpt)."""
+    if (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
+            or not temperature > 0 or not math.isfinite(temperature)):
+        raise ValueError(f"temperature must be a positive finite number, got {temperature!r}")

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._checks import (
+    check_layer_and_head,
     check_positive_ints,
     check_square_weights,
     check_tokens,
@@ -571,13 +572,11 @@ def _head_rows(linear: nn.Linear, head: int, num_heads: int) -> Tensor:
     return linear.weight[head * d_h:(head + 1) * d_h]
 
 
-def _check_head(model: object, layer: int, head: int) -> None:
+def _layer_and_head(model: object, layer: int, head: int) -> None:
+    """Raise ``ValueError`` unless ``model`` is an attention-only Transformer with that head."""
     if not isinstance(model, AttentionOnlyTransformer):
         raise ValueError(f"model must be an AttentionOnlyTransformer, got {type(model).__name__}")
-    L, h = len(model.blocks), model.blocks[0].num_heads
-    for name, value, bound in (("layer", layer, L), ("head", head, h)):
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < bound:
-            raise ValueError(f"{name} must be an integer in [0, {bound}), got {value!r}")
+    check_layer_and_head(layer, head, len(model.blocks), model.blocks[0].num_heads)
 
 
 def _ov(model: AttentionOnlyTransformer, layer: int, head: int) -> Tensor:
@@ -618,7 +617,7 @@ def ov_circuit(model: AttentionOnlyTransformer, layer: int, head: int) -> Tensor
     Source: Elhage et al. (2021), "A Mathematical Framework for Transformer Circuits" (the OV
     circuit and its copying behaviour); book chapter 11.
     """
-    _check_head(model, layer, head)
+    _layer_and_head(model, layer, head)
     W_E = model.embedding.weight.T  # (d, V)
     return model.unembed.weight @ _ov(model, layer, head) @ W_E  # (V, V)
 
@@ -657,7 +656,7 @@ def k_composition_circuit(model: AttentionOnlyTransformer, head: int, *, layer: 
     Source: Elhage et al. (2021), "A Mathematical Framework for Transformer Circuits"
     (K-composition and the QK circuit of induction heads); book chapter 11.
     """
-    _check_head(model, layer, head)
+    _layer_and_head(model, layer, head)
     if layer < 1:
         raise ValueError(f"layer must be at least 1 (a layer before it to compose with), "
                          f"got {layer}")
@@ -665,7 +664,7 @@ def k_composition_circuit(model: AttentionOnlyTransformer, head: int, *, layer: 
     sources = list(range(model.blocks[layer - 1].num_heads)) if source_heads is None \
         else list(source_heads)
     for m in sources:
-        _check_head(model, layer - 1, m)
+        _layer_and_head(model, layer - 1, m)
     mha = model.blocks[layer].attention
     W_E = model.embedding.weight.T  # (d, V)
     W_QK = _head_rows(mha.W_q, head, h).T @ _head_rows(mha.W_k, head, h)  # (d, d)

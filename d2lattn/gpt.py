@@ -30,7 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._checks import check_bool, check_dropout, check_positive_ints
+from ._checks import (check_bool, check_dropout, check_logits, check_positive_ints,
+                      check_temperature)
 from .text import random_windows
 from .transformer import KVCache, TransformerEncoderBlock
 
@@ -79,7 +80,7 @@ def top_k_filter(logits: Tensor, k: int) -> Tensor:
 
     Source: Fan et al. (2018), "Hierarchical Neural Story Generation", section 5.4.
     """
-    _check_logits(logits)
+    check_logits(logits)
     V = logits.shape[-1]
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= V:
         raise ValueError(f"top_k must be an integer in [1, V = {V}], got {k!r}")
@@ -109,7 +110,7 @@ def top_p_filter(logits: Tensor, p: float) -> Tensor:
 
     Source: Holtzman et al. (2020), "The Curious Case of Neural Text Degeneration", eq. (2).
     """
-    _check_logits(logits)
+    check_logits(logits)
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1:
         raise ValueError(f"top_p must be a number in (0, 1], got {p!r}")
     probs, order = logits.float().softmax(dim=-1).sort(dim=-1, descending=True)
@@ -141,25 +142,14 @@ def next_token_probs(logits: Tensor, *, temperature: float = 1.0, top_k: Optiona
         >>> next_token_probs(torch.tensor([2.0, 1.0, 0.0]), temperature=0.5, top_k=2)
         tensor([0.8808, 0.1192, 0.0000])
     """
-    _check_logits(logits)
-    _check_temperature(temperature)
+    check_logits(logits)
+    check_temperature(temperature)
     logits = logits / temperature
     if top_k is not None:
         logits = top_k_filter(logits, top_k)
     if top_p is not None:
         logits = top_p_filter(logits, top_p)
     return logits.softmax(dim=-1)
-
-
-def _check_logits(logits: object) -> None:
-    if not isinstance(logits, Tensor) or not logits.is_floating_point() or logits.dim() < 1:
-        raise ValueError("logits must be a float tensor of shape (..., V)")
-
-
-def _check_temperature(temperature: object) -> None:
-    if (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
-            or not temperature > 0 or not math.isfinite(temperature)):
-        raise ValueError(f"temperature must be a positive finite number, got {temperature!r}")
 
 
 class GPT(nn.Module):
@@ -301,7 +291,7 @@ class GPT(nn.Module):
             raise ValueError(f"max_new_tokens must be a non-negative integer, "
                              f"got {max_new_tokens!r}")
         check_bool(greedy=greedy)
-        _check_temperature(temperature)
+        check_temperature(temperature)
         if greedy and (temperature != 1.0 or top_k is not None or top_p is not None):
             raise ValueError("greedy=True takes the argmax: leave temperature, top_k and top_p "
                              "at their defaults")
