@@ -22,11 +22,26 @@
 7. The search page takes its snippets from the article text, and over ``file://`` (where a
    browser refuses to fetch the pages snippets are cut from) lists results without snippets and
    says how to get them, instead of logging an error per result (``d2lattn-search.js``).
+8. **Search ranks by how often a page uses the words.** Sphinx's index records only *which*
+   pages hold a word, so every page that mentions it once ties with the chapter about it, and
+   ties are broken by title (a page that names "rotary" once outranked the chapter that uses
+   it 47 times). The build also counts, for each word, how many times each page uses it
+   (``_static/d2lattn-search-counts.js``, loaded by the search page alone: the theme loads
+   the index itself on every page; only counts of 2 or more, as a page listed for a word uses
+   it at least once), and the search page adds to Sphinx's score a bonus that grows with the
+   logarithm of that count (``d2lattn-search.js``). Sphinx's own weights stay: a word in a
+   page's headings still counts 15 against 5 for the text, and the bonus (at most 9) does not
+   undo that.
+9. **No Font Awesome script.** The theme loads ``fontawesome.js`` (1.5 MB) on every page to
+   turn its icons into SVG, "so that users can add custom icons"; the book adds none, and the
+   theme's stylesheet draws the same icons from Font Awesome's web font (fetched only where an
+   icon shows, about 150 kB). The script's tag is taken out of every page.
 """
 
 from __future__ import annotations
 
 import datetime
+import functools
 import html
 import json
 import os
@@ -36,11 +51,16 @@ from pathlib import Path
 from urllib.parse import quote
 
 from docutils import nodes
+from sphinx.search import IndexBuilder
 from sphinx.transforms.post_transforms import SphinxPostTransform
 
 #: The search page's script (book/assets/static): snippets from the article text, and a note
 #: instead of console errors when the site is opened from file://.
 SEARCH_SCRIPT = "d2lattn-search.js"
+#: How often each page uses each word (section 8): a script the search page loads before
+#: SEARCH_SCRIPT, which reads the variable.
+COUNTS_SCRIPT = "d2lattn-search-counts.js"
+COUNTS_VARIABLE = "D2LATTN_SEARCH_COUNTS"
 
 #: The file name of the whole book as a PDF, at the root of each language's site.
 PDF_NAME = "how-attention-works.pdf"
@@ -316,6 +336,9 @@ def page_links(app, pagename: str, pathto) -> str:
 
 def _page_context(app, pagename, templatename, context, doctree) -> None:
     if pagename == "search":  # snippets from the article; a note instead of errors on file://
+        # ranking by use (section 8; the file is written when the index is, after this page)
+        if isinstance(getattr(app.builder, "indexer", None), CountingIndexBuilder):
+            app.add_js_file(COUNTS_SCRIPT, loading_method="defer")
         app.add_js_file(SEARCH_SCRIPT, loading_method="defer")
     if "body" in context:
         context["body"] = context["body"] + page_links(app, pagename, context["pathto"])
@@ -385,6 +408,7 @@ def _unique_ids(text: str) -> str:
 def _build_finished(app, exception) -> None:
     if exception is not None or app.builder.format != "html":
         return
+    _write_counts(app)
     out = Path(app.outdir)
     for page in out.rglob("*.html"):
         text = page.read_text(encoding="utf-8")
@@ -398,6 +422,7 @@ def _build_finished(app, exception) -> None:
         text = page.read_text(encoding="utf-8")
         new = _PLOT_IMG.sub(lambda m: _with_min_width(m, out), text)
         new = _unique_ids(new)
+        new = without_fontawesome_script(new)
         # the landing page's title is the book's title, once (the theme appends it to every
         # page's own title)
         new = new.replace(twice, f"<title>{title}</title>") if title else new
@@ -416,6 +441,94 @@ def _build_finished(app, exception) -> None:
                             "</head>\n<body></body>\n</html>\n", encoding="utf-8")
 
 
+# ---------------------------------------------------------------------------------------------
+# 8. search ranking: how often each page uses each word
+
+
+class CountingIndexBuilder(IndexBuilder):
+    """Sphinx's search index, which also counts how many times each page uses each word.
+
+    The words are counted exactly as Sphinx indexes them (the same collector, splitter,
+    stemmer and filter), in the headings and the text. ``freeze`` leaves the index as Sphinx
+    writes it (the theme loads ``searchindex.js`` on every page) and keeps the table
+    ``{word: {document index: count}}``, counts of 2 or more, for ``_write_counts``.
+    An incremental build counts only the pages it rewrites (``tools/book.py`` builds all).
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._d2lattn_counts: dict = {}
+        self.d2lattn_table: dict | None = None
+
+    def prune(self, docnames) -> None:
+        super().prune(docnames)
+        keep = set(docnames)
+        self._d2lattn_counts = {d: c for d, c in self._d2lattn_counts.items() if d in keep}
+
+    def feed(self, docname, filename, title, doctree) -> None:
+        super().feed(docname, filename, title, doctree)
+        self._d2lattn_counts[docname] = self.term_counts(doctree)
+
+    def term_counts(self, doctree) -> dict:
+        """``{indexed word: occurrences}`` in the page's text, headings included (the collector
+        takes a heading's words once more for the titles alone, not counted here)."""
+        store = self._word_collector(doctree)
+        keep, stem = self.lang.word_filter, functools.cache(lambda w: self.lang.stem(w).lower())
+        counts: dict = {}
+        for word in store.words:
+            stemmed = stem(word)
+            if not keep(stemmed) and keep(word):
+                stemmed = word
+            if keep(stemmed):
+                counts[stemmed] = counts.get(stemmed, 0) + 1
+        return counts
+
+    def freeze(self) -> dict:
+        frozen = super().freeze()
+        index = {docname: i for i, docname in enumerate(frozen["docnames"])}
+        table: dict = {}
+        for docname, counts in sorted(self._d2lattn_counts.items()):
+            if docname not in index:
+                continue
+            for word, count in counts.items():
+                if count > 1:
+                    table.setdefault(word, {})[index[docname]] = count
+        self.d2lattn_table = {word: table[word] for word in sorted(table)}
+        return frozen
+
+
+def _counting_index(app) -> None:
+    """Let the HTML builder's search index count words (it imports IndexBuilder when it makes
+    the index, so the subclass takes its place in ``sphinx.search`` for this build)."""
+    import sphinx.search
+
+    if app.builder.format == "html":
+        sphinx.search.IndexBuilder = CountingIndexBuilder
+
+
+# ---------------------------------------------------------------------------------------------
+# 9. no Font Awesome script: the theme's stylesheet draws its icons from the web font
+
+_FONTAWESOME_SCRIPT = re.compile(
+    r'[ \t]*<script defer src="(?:\.\./)*_static/scripts/fontawesome\.js[^"]*"></script>\n?')
+
+
+def without_fontawesome_script(text: str) -> str:
+    return _FONTAWESOME_SCRIPT.sub("", text)
+
+
+def _write_counts(app) -> None:
+    """The counts of section 8, for the search page only (``_static/`` + ``COUNTS_SCRIPT``)."""
+    table = getattr(getattr(app.builder, "indexer", None), "d2lattn_table", None)
+    if table is None:
+        return
+    path = Path(app.outdir) / "_static" / COUNTS_SCRIPT
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"var {COUNTS_VARIABLE} = "
+                    + json.dumps(table, ensure_ascii=False, separators=(",", ":")) + ";\n",
+                    encoding="utf-8")
+
+
 def _singlehtml_handlers(app) -> None:
     """The one-page build of the PDF (singlehtml) draws every node the HTML build draws.
 
@@ -431,6 +544,7 @@ def _singlehtml_handlers(app) -> None:
 
 def setup(app):
     app.connect("builder-inited", _singlehtml_handlers)
+    app.connect("builder-inited", _counting_index)
     app.add_post_transform(PlotAltText)
     app.connect("config-inited", _config_inited, priority=900)
     app.connect("html-page-context", _page_context)

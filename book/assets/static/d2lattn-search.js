@@ -6,6 +6,13 @@
  * 2. Opened from file://, the browser refuses to fetch the result pages that the snippets are
  *    cut from (one console error per result). There the results are listed without snippets,
  *    and a note says how to get them: serve the site (see the README).
+ * 3. Ranking by use: Sphinx scores a page 15 when a query word is in its headings and 5 when
+ *    it is in its text, however often, and breaks ties by title. The build counts how often
+ *    each page uses each word (D2LATTN_SEARCH_COUNTS, from d2lattn-search-counts.js, written
+ *    by book/_ext/d2lattn_reader.py; counts of 1 are left out), and each result gets a bonus
+ *    that grows with the logarithm of the number of uses of the query's words: 0 for one use,
+ *    3 for two, 6 for four, at most 9, so that a word in a heading still outranks any number
+ *    of uses in the text alone.
  */
 (function () {
   "use strict";
@@ -23,6 +30,37 @@
     }
     return article.textContent;
   };
+  // 3. ranking by use: the query's words as Sphinx looks them up (split, stemmed)
+  var queryWords = [];
+  if (typeof Search._parseQuery === "function") {
+    var parseQuery = Search._parseQuery;
+    Search._parseQuery = function () {
+      var parsed = parseQuery.apply(this, arguments);
+      queryWords = Array.from(parsed[1] || []);
+      return parsed;
+    };
+  }
+  var table = typeof D2LATTN_SEARCH_COUNTS === "undefined" ? null : D2LATTN_SEARCH_COUNTS;
+  var uses = function (index, word, doc) {
+    var counts = table[word];
+    if (counts && counts[doc]) return counts[doc];
+    var inDoc = function (pages) {
+      return pages === doc || (Array.isArray(pages) && pages.indexOf(doc) >= 0);
+    };
+    return inDoc(index.terms[word]) || inDoc(index.titleterms[word]) ? 1 : 0;
+  };
+  var previousScore = Scorer.score;
+  Scorer.score = function (result) {
+    var score = previousScore ? previousScore(result) : result[4];
+    var index = Search._index;
+    if (!index || !table || !queryWords.length) return score;
+    var doc = index.docnames.indexOf(result[0]);
+    if (doc < 0) return score;
+    var n = 0;
+    queryWords.forEach(function (word) { n += uses(index, word, doc); });
+    return n > 1 ? score + Math.min(9, Math.round(3 * Math.log2(n))) : score;
+  };
+
   if (window.location.protocol === "file:") {
     DOCUMENTATION_OPTIONS.SHOW_SEARCH_SUMMARY = false;
     var note = function () {
