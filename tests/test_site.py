@@ -638,6 +638,56 @@ def test_cjk_font_covers_every_character_of_the_site(site):
     assert font_file.stat().st_size < 1_000_000  # a subset, not the 19 MB collection
 
 
+def test_english_cut_of_the_cjk_font_covers_the_english_site(site):
+    """The English pages name first a smaller cut of the CJK font (d2lattn.css): it has a
+    glyph for every CJK character of the English site, and its unicode-range in the stylesheet
+    lists exactly those characters, so an English page never needs the whole subset."""
+    from fontTools.ttLib import TTFont
+
+    tool = _book_tool()
+    font_file = site / "_static" / "fonts" / tool.FONT_EN_FILE.name
+    assert font_file.read_bytes() == tool.FONT_EN_FILE.read_bytes(), "the site's cut is stale"
+    cmap = TTFont(str(font_file)).getBestCmap()
+    used = tool.english_cjk_characters(site)
+    missing = sorted(c for c in used if ord(c) not in cmap)
+    assert missing == [], "the English cut lacks (python tools/book.py font): " + "".join(missing)
+    css = (site / "_static" / "d2lattn.css").read_text(encoding="utf-8")
+    assert tool.font_face_css(used) in css, "the unicode-range is stale: python tools/book.py font"
+    assert font_file.stat().st_size < tool.FONT_FILE.stat().st_size / 2
+
+
+FONTS_IN_USE = """() => {
+  const status = {};
+  for (const f of document.fonts) {
+    const family = f.family.replace(/"/g, '');
+    if (family.startsWith('D2lattn CJK')) status[family] = f.status;
+  }
+  const scripts = [...document.scripts].map(s => s.src).filter(s => s.includes('fontawesome'));
+  return {status, scripts};
+}"""
+
+
+@pytest.mark.parametrize("prefix, rel, wanted, unwanted", [
+    ("", "book/ch13_diagnostics.html", "D2lattn CJK en", "D2lattn CJK"),
+    ("", "book/ch8_transformer.html", "D2lattn CJK en", "D2lattn CJK"),
+    (ZH, "book/ch8_transformer.html", "D2lattn CJK", "D2lattn CJK en"),
+])
+def test_pages_fetch_only_the_fonts_they_need(site, base_url, browser, prefix, rel, wanted,
+                                              unwanted):
+    """An English page loads the English cut of the CJK font (about 100 kB), never the whole
+    subset; a Chinese page the whole subset and not the cut; no page loads the theme's 1.5 MB
+    Font Awesome script (its stylesheet draws the icons from the web font)."""
+    page = browser.context.new_page()
+    _open(page, base_url, prefix + rel, site)
+    page.evaluate("document.fonts.ready.then(() => true)")
+    page.wait_for_timeout(300)
+    fonts = page.evaluate(FONTS_IN_USE)
+    page.close()
+    assert fonts["scripts"] == [], fonts
+    assert fonts["status"].get(wanted) == "loaded", fonts
+    assert fonts["status"].get(unwanted) == "unloaded", fonts
+
+
 def test_no_markdown_left_unrendered(site):
     """No literal ``**`` in the text of any page (outside code): in CommonMark, emphasis next to
     Chinese punctuation or a role can fail to open or close (``**是什么？**这`` stays literal),
