@@ -910,6 +910,21 @@ def test_search_finds_words_in_both_languages(site, base_url, browser, prefix, q
     assert any(h.split("#")[0].split("?")[0].endswith(expected) for h in hits), (query, hits[:10])
 
 
+def test_search_puts_the_chapter_that_uses_a_word_most_first(site, base_url, browser):
+    """The issue's example: "rotary" lists the Transformer chapter (dozens of uses, where rotary
+    positions are tested) first, not the induction-heads chapter that names it once
+    (tests/test_search_ranking.py tests the rule itself on a stub)."""
+    page = browser.context.new_page()
+    page.goto(f"{base_url}search.html?q=rotary", wait_until="load")
+    page.wait_for_function(
+        "document.querySelectorAll('#search-results ul.search li').length >= 5", timeout=20000)
+    hits = page.evaluate(SEARCH_RESULTS)
+    page.close()
+    names = [h.split("#")[0].split("?")[0].rsplit("/", 1)[-1] for h in hits]
+    assert names[0] == "ch8_transformer.html", names
+    assert names.index("ch11_induction_heads.html") > names.index("ch8_transformer.html")
+
+
 # The reader's path: only the book's pages, figures for everyone, readable on a phone, the
 # footer, the source links, downloads and the PDF (book/_ext/d2lattn_reader.py,
 # book/assets/static/d2lattn-viz.js and d2lattn.css, tools/book.py pdf) ----------------------

@@ -28,10 +28,10 @@
    it 47 times). The build also counts, for each word, how many times each page uses it
    (``_static/d2lattn-search-counts.js``, loaded by the search page alone: the theme loads
    the index itself on every page; only counts of 2 or more, as a page listed for a word uses
-   it at least once), and the search page adds to Sphinx's score a bonus that grows with the
-   logarithm of that count (``d2lattn-search.js``). Sphinx's own weights stay: a word in a
-   page's headings still counts 15 against 5 for the text, and the bonus (at most 9) does not
-   undo that.
+   it at least once), and the search page adds to Sphinx's score a bonus that grows with that
+   count n, 9.9 (1 - 1/n) (``d2lattn-search.js``): pages rank by their number of uses, and
+   Sphinx's own weights stay, a word in a page's headings still counts 15 against 5 for the
+   text, which the bonus (below 10) does not undo.
 9. **No Font Awesome script.** The theme loads ``fontawesome.js`` (1.5 MB) on every page to
    turn its icons into SVG, "so that users can add custom icons"; the book adds none, and the
    theme's stylesheet draws the same icons from Font Awesome's web font (fetched only where an

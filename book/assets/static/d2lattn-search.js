@@ -10,9 +10,9 @@
  *    it is in its text, however often, and breaks ties by title. The build counts how often
  *    each page uses each word (D2LATTN_SEARCH_COUNTS, from d2lattn-search-counts.js, written
  *    by book/_ext/d2lattn_reader.py; counts of 1 are left out), and each result gets a bonus
- *    that grows with the logarithm of the number of uses of the query's words: 0 for one use,
- *    3 for two, 6 for four, at most 9, so that a word in a heading still outranks any number
- *    of uses in the text alone.
+ *    that grows with n, the number of uses of the query's words: 9.9 (1 - 1/n), so 0 for one
+ *    use, 5 for two, 9 for ten, always below 10, so that pages rank by their number of uses
+ *    and a word in a heading (15 against 5) still outranks any number of uses in the text.
  */
 (function () {
   "use strict";
@@ -58,7 +58,7 @@
     if (doc < 0) return score;
     var n = 0;
     queryWords.forEach(function (word) { n += uses(index, word, doc); });
-    return n > 1 ? score + Math.min(9, Math.round(3 * Math.log2(n))) : score;
+    return n > 1 ? score + 9.9 * (1 - 1 / n) : score;
   };
 
   if (window.location.protocol === "file:") {
