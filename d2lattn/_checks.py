@@ -304,19 +304,16 @@ def check_valid_lens_range(valid_lens: Tensor, num_keys: int) -> None:
             )
 
 
-def check_batch_size(lens: Tensor, B: int, name: str, shapes: str) -> None:
-    """``lens`` has one row per sequence: ``lens.shape[0] == B``."""
-    if lens.dim() == 0 or lens.shape[0] != B:
-        raise ValueError(f"{name} must have shape {shapes} with B = X.shape[0] = {B}, "
-                         f"got shape {tuple(lens.shape)}")
-
-
-def check_valid_lens(valid_lens: ValidLens, B: int, Q: int, K: int) -> Tensor:
-    """``valid_lens`` as int64 of shape ``(B,)`` or ``(B, Q)``, with entries in ``[0, K]``."""
+def check_valid_lens(valid_lens: ValidLens, B: Optional[int], Q: int, K: int) -> Tensor:
+    """``valid_lens`` as int64 of shape ``(B,)`` or ``(B, Q)``, with entries in ``[0, K]``:
+    the one check of every function and layer that takes ``valid_lens`` (``B=None``: any
+    batch size, for :func:`d2lattn.valid_lens_to_mask`, which has no batch to compare)."""
     lens = as_valid_lens(valid_lens)
-    if lens.shape not in ((B,), (B, Q)):
-        raise ValueError(f"valid_lens must have shape (B,) = ({B},) or (B, Q) = ({B}, {Q}), "
-                         f"got shape {tuple(lens.shape)}")
+    b = lens.shape[0] if B is None and lens.dim() in (1, 2) else B
+    if lens.shape not in ((b,), (b, Q)):
+        shapes = (f"(B,) or (B, Q) = (B, {Q})" if B is None
+                  else f"(B,) = ({B},) or (B, Q) = ({B}, {Q})")
+        raise ValueError(f"valid_lens must have shape {shapes}, got shape {tuple(lens.shape)}")
     check_valid_lens_range(lens, K)
     return lens.to(torch.int64)
 
