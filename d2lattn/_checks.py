@@ -63,6 +63,13 @@ def check_positive(name: str, value: object) -> None:
         raise ValueError(f"{name} must be a positive finite number, got {value!r}")
 
 
+def check_positive_or_none(name: str, value: object) -> None:
+    """``None`` (off) or a positive finite number (a gradient clipping norm)."""
+    if value is not None and (not _is_number(value) or not value > 0  # type: ignore[operator]
+                              or not math.isfinite(value)):  # type: ignore[arg-type]
+        raise ValueError(f"{name} must be None or a positive finite number, got {value!r}")
+
+
 def check_scale(scale: object) -> None:
     """``None`` (meaning ``1 / sqrt(d)``) or a positive finite number."""
     if scale is not None and (not _is_number(scale) or not scale > 0  # type: ignore[operator]

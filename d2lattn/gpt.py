@@ -36,6 +36,7 @@ from ._checks import (
     check_logits,
     check_non_negative_ints,
     check_positive_ints,
+    check_positive_or_none,
     check_temperature,
     check_top_k,
     check_top_p,
@@ -371,8 +372,7 @@ def train_lm(model: GPT, data: Tensor, steps: int, *, batch_size: int = 32, lr: 
         update). A non-finite loss stops training (the list ends with it).
     """
     check_positive_ints(steps=steps, batch_size=batch_size)
-    if clip is not None and not clip > 0:
-        raise ValueError(f"clip must be None or a positive number, got {clip!r}")
+    check_positive_or_none("clip", clip)
     T = model.config.block_size
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]

@@ -26,7 +26,9 @@ from torch import Tensor, nn
 from ._checks import (
     check_decoder_args,
     check_lengths,
+    check_positive,
     check_positive_ints,
+    check_positive_or_none,
     check_tokens,
 )
 from .data import CharVocab
@@ -460,10 +462,8 @@ def train_seq2seq(model: EncoderDecoder, X: Tensor, X_valid_lens: Tensor, Y: Ten
     from .data import length_batches
 
     check_positive_ints(steps=steps, batch_size=batch_size)
-    if not lr > 0:
-        raise ValueError(f"lr must be positive, got {lr!r}")
-    if max_grad_norm is not None and not max_grad_norm > 0:
-        raise ValueError(f"max_grad_norm must be positive or None, got {max_grad_norm!r}")
+    check_positive("lr", lr)
+    check_positive_or_none("max_grad_norm", max_grad_norm)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     g = torch.Generator().manual_seed(seed)
     batches: List[Tensor] = []
