@@ -63,6 +63,13 @@ def check_positive(name: str, value: object) -> None:
         raise ValueError(f"{name} must be a positive finite number, got {value!r}")
 
 
+def check_positive_or_none(name: str, value: object) -> None:
+    """``None`` (off) or a positive finite number (a gradient clipping norm)."""
+    if value is not None and (not _is_number(value) or not value > 0  # type: ignore[operator]
+                              or not math.isfinite(value)):  # type: ignore[arg-type]
+        raise ValueError(f"{name} must be None or a positive finite number, got {value!r}")
+
+
 def check_scale(scale: object) -> None:
     """``None`` (meaning ``1 / sqrt(d)``) or a positive finite number."""
     if scale is not None and (not _is_number(scale) or not scale > 0  # type: ignore[operator]
@@ -304,19 +311,16 @@ def check_valid_lens_range(valid_lens: Tensor, num_keys: int) -> None:
             )
 
 
-def check_batch_size(lens: Tensor, B: int, name: str, shapes: str) -> None:
-    """``lens`` has one row per sequence: ``lens.shape[0] == B``."""
-    if lens.dim() == 0 or lens.shape[0] != B:
-        raise ValueError(f"{name} must have shape {shapes} with B = X.shape[0] = {B}, "
-                         f"got shape {tuple(lens.shape)}")
-
-
-def check_valid_lens(valid_lens: ValidLens, B: int, Q: int, K: int) -> Tensor:
-    """``valid_lens`` as int64 of shape ``(B,)`` or ``(B, Q)``, with entries in ``[0, K]``."""
+def check_valid_lens(valid_lens: ValidLens, B: Optional[int], Q: int, K: int) -> Tensor:
+    """``valid_lens`` as int64 of shape ``(B,)`` or ``(B, Q)``, with entries in ``[0, K]``:
+    the one check of every function and layer that takes ``valid_lens`` (``B=None``: any
+    batch size, for :func:`d2lattn.valid_lens_to_mask`, which has no batch to compare)."""
     lens = as_valid_lens(valid_lens)
-    if lens.shape not in ((B,), (B, Q)):
-        raise ValueError(f"valid_lens must have shape (B,) = ({B},) or (B, Q) = ({B}, {Q}), "
-                         f"got shape {tuple(lens.shape)}")
+    b = lens.shape[0] if B is None and lens.dim() in (1, 2) else B
+    if lens.shape not in ((b,), (b, Q)):
+        shapes = (f"(B,) or (B, Q) = (B, {Q})" if B is None
+                  else f"(B,) = ({B},) or (B, Q) = ({B}, {Q})")
+        raise ValueError(f"valid_lens must have shape {shapes}, got shape {tuple(lens.shape)}")
     check_valid_lens_range(lens, K)
     return lens.to(torch.int64)
 
@@ -634,3 +638,110 @@ def check_temperature(temperature: object) -> None:
     if (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
             or not temperature > 0 or not math.isfinite(temperature)):
         raise ValueError(f"temperature must be a positive finite number, got {temperature!r}")
+
+
+def check_top_k(top_k: object, vocab_size: int, *, optional: bool = False) -> None:
+    """Top-k's ``k``: an integer in ``[1, V]`` (or ``None`` where ``optional``) (d2lattn.gpt)."""
+    if optional and top_k is None:
+        return
+    if not _is_int(top_k) or not 1 <= top_k <= vocab_size:  # type: ignore[operator]
+        raise ValueError(f"top_k must be None or an integer in [1, {vocab_size}], got {top_k!r}"
+                         if optional else
+                         f"top_k must be an integer in [1, V = {vocab_size}], got {top_k!r}")
+
+
+def check_top_p(top_p: object, *, optional: bool = False) -> None:
+    """Top-p's ``p``: a number in ``(0, 1]`` (or ``None`` where ``optional``) (d2lattn.gpt)."""
+    if optional and top_p is None:
+        return
+    if not _is_number(top_p) or not 0 < top_p <= 1:  # type: ignore[operator]
+        raise ValueError(("top_p must be None or a number" if optional else "top_p must be a number")
+                         + f" in (0, 1], got {top_p!r}")
+
+
+# --- text (d2lattn.data, d2lattn.text) ---------------------------------------------------------
+
+def check_text(text: object, name: str = "text", *, non_empty: bool = False) -> None:
+    """A string (a non-empty one where ``non_empty``)."""
+    if non_empty and (not isinstance(text, str) or not text):
+        raise ValueError(f"{name} must be a non-empty string")
+    if not isinstance(text, str):
+        raise ValueError(f"{name} must be a string, got {type(text).__name__}")
+
+
+def check_texts(texts: object, name: str = "texts") -> None:
+    """A collection of strings, not one string (iterating a string gives its characters)."""
+    if isinstance(texts, str):
+        raise ValueError(f"{name} must be a list of strings, not a single string")
+
+
+def check_ids(ids: object, vocab_size: int) -> list:
+    """Token ids to decode, a 1-D tensor or a sequence of ints in ``[0, vocab_size)``; the ids
+    as a list of ints."""
+    if isinstance(ids, Tensor):
+        if ids.dim() != 1:
+            raise ValueError(f"ids must be a 1-D tensor, got shape {tuple(ids.shape)}")
+        ids = ids.tolist()
+    out = [int(i) for i in ids]  # type: ignore[attr-defined]
+    for i in out:
+        if not 0 <= i < vocab_size:
+            raise ValueError(f"ids must lie in [0, {vocab_size}), got {i}")
+    return out
+
+
+def check_token_lists(sequences: object) -> list:
+    """``B >= 1`` sequences (lists or 1-D tensors) of non-negative int tokens; as lists."""
+    if len(sequences) == 0:  # type: ignore[arg-type]
+        raise ValueError("sequences must hold at least one sequence")
+    rows = [s.tolist() if isinstance(s, Tensor) else list(s) for s in sequences]  # type: ignore
+    for row in rows:
+        for tok in row:
+            if not _is_int(tok) or tok < 0:
+                raise ValueError(f"sequences must hold non-negative integer tokens, got {tok!r}")
+    return rows
+
+
+def check_token_stream(data: object, block_size: int) -> None:
+    """A 1-D tensor of token ids longer than ``block_size`` (windows of it are cut)."""
+    if not isinstance(data, Tensor) or data.dim() != 1 or data.numel() <= block_size:
+        raise ValueError(f"data must be a 1-D tensor longer than block_size = {block_size}")
+
+
+# --- positions (d2lattn.positional) ------------------------------------------------------------
+
+def check_offset(k: object) -> None:
+    """A relative offset: an integer of any sign."""
+    if not _is_int(k):
+        raise ValueError(f"k must be an integer offset, got {k!r}")
+
+
+def check_even_size(num_hiddens: object) -> None:
+    """A size made of (sin, cos) pairs: a positive even integer."""
+    if not _is_int(num_hiddens) or num_hiddens < 2 or num_hiddens % 2 != 0:  # type: ignore
+        raise ValueError(f"num_hiddens must be a positive even integer, got {num_hiddens!r}")
+
+
+def check_rotary_args(X: object, base: object, positions: object) -> None:
+    """Rotary embedding's input ``(..., T, d)`` float with an even ``d``, ``base > 1`` and
+    ``positions`` ``None`` or ``(T,)``."""
+    if not isinstance(X, Tensor) or not X.is_floating_point() or X.dim() < 2:
+        raise ValueError("X must be a floating-point tensor of shape (..., T, d)")
+    T, d = X.shape[-2], X.shape[-1]
+    if d % 2 != 0:
+        raise ValueError(f"X must have an even last axis d (feature pairs are rotated), got {d}")
+    if not _is_number(base) or not base > 1:  # type: ignore[operator]
+        raise ValueError(f"base must be a number > 1, got {base!r}")
+    if positions is not None and (not isinstance(positions, Tensor)
+                                  or tuple(positions.shape) != (T,)):
+        raise ValueError(f"positions must be a tensor of shape (T,) = ({T},), got "
+                         + (str(tuple(positions.shape)) if isinstance(positions, Tensor)
+                            else type(positions).__name__))
+
+
+def check_slopes(slopes: object, num_heads: int) -> None:
+    """ALiBi's slopes: a float tensor ``(H,)``."""
+    if not isinstance(slopes, Tensor) or not slopes.is_floating_point() \
+            or tuple(slopes.shape) != (num_heads,):
+        raise ValueError(f"slopes must be a float tensor of shape (H,) = ({num_heads},), got "
+                         + (f"shape {tuple(slopes.shape)} of dtype {slopes.dtype}"
+                            if isinstance(slopes, Tensor) else type(slopes).__name__))

@@ -28,7 +28,14 @@ from typing import Iterable, List, NamedTuple, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from ._checks import check_non_negative_ints
+from ._checks import (
+    check_ids,
+    check_non_negative_ints,
+    check_positive_ints,
+    check_text,
+    check_texts,
+    check_token_lists,
+)
 
 __all__ = [
     "DATE_FORMATS",
@@ -204,12 +211,10 @@ class CharVocab:
     pad, bos, eos, unk = 0, 1, 2, 3
 
     def __init__(self, texts: Iterable[str]) -> None:
-        if isinstance(texts, str):
-            raise ValueError("texts must be a list of strings, not a single string")
+        check_texts(texts)
         chars = set()
         for text in texts:
-            if not isinstance(text, str):
-                raise ValueError(f"texts must hold strings, got {type(text).__name__}")
+            check_text(text, "texts' entries")
             chars.update(text)
         self.itos: List[str] = list(self.SPECIALS) + sorted(chars)
         self.stoi = {token: i for i, token in enumerate(self.itos)}
@@ -223,23 +228,15 @@ class CharVocab:
     def encode(self, text: str, *, bos: bool = False, eos: bool = False) -> List[int]:
         """Indices of the characters of ``text`` (``<unk>`` for a character not in the
         vocabulary), with ``<bos>`` in front and/or ``<eos>`` at the end if asked."""
-        if not isinstance(text, str):
-            raise ValueError(f"text must be a string, got {type(text).__name__}")
+        check_text(text)
         ids = [self.stoi.get(ch, self.unk) for ch in text]
         return ([self.bos] if bos else []) + ids + ([self.eos] if eos else [])
 
     def decode(self, ids: Iterable[int]) -> str:
         """The string of ``ids`` (a list or a 1-D tensor): stops at the first ``<eos>``, skips
         ``<pad>`` and ``<bos>``, writes ``<unk>`` as ``"?"``."""
-        if isinstance(ids, Tensor):
-            if ids.dim() != 1:
-                raise ValueError(f"ids must be a 1-D tensor, got shape {tuple(ids.shape)}")
-            ids = ids.tolist()
         out = []
-        for i in ids:
-            i = int(i)
-            if not 0 <= i < len(self.itos):
-                raise ValueError(f"ids must lie in [0, {len(self.itos)}), got {i}")
+        for i in check_ids(ids, len(self.itos)):
             if i == self.eos:
                 break
             if i in (self.pad, self.bos):
@@ -252,8 +249,7 @@ class CharVocab:
     ) -> Tuple[Tensor, Tensor]:
         """Encode and pad ``texts``: ``(X, valid_lens)``, ``X`` a ``(B, T)`` LongTensor padded
         with ``<pad>`` = 0 and ``valid_lens`` the ``(B,)`` lengths (see :func:`pad_batch`)."""
-        if isinstance(texts, str):
-            raise ValueError("texts must be a list of strings, not a single string")
+        check_texts(texts)
         return pad_batch([self.encode(t, bos=bos, eos=eos) for t in texts], pad_id=self.pad)
 
 
@@ -279,13 +275,7 @@ def pad_batch(sequences: Sequence[Sequence[int]], pad_id: int = 0) -> Tuple[Tens
 
     Source: the ``valid_lens`` convention of d2l.ai, section 10.5.
     """
-    if len(sequences) == 0:
-        raise ValueError("sequences must hold at least one sequence")
-    rows = [s.tolist() if isinstance(s, Tensor) else list(s) for s in sequences]
-    for row in rows:
-        for tok in row:
-            if isinstance(tok, bool) or not isinstance(tok, int) or tok < 0:
-                raise ValueError(f"sequences must hold non-negative integer tokens, got {tok!r}")
+    rows = check_token_lists(sequences)
     T = max(1, max(len(row) for row in rows))
     X = torch.full((len(rows), T), pad_id, dtype=torch.long)  # (B, T)
     for b, row in enumerate(rows):
@@ -414,9 +404,7 @@ def length_batches(lengths: Sequence[int], batch_size: int, *,
     """
     if len(lengths) == 0:
         raise ValueError("lengths must hold at least one length")
-    for name, value in (("batch_size", batch_size), ("pool", pool)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    check_positive_ints(batch_size=batch_size, pool=pool)
     lengths_t = torch.as_tensor(list(lengths), dtype=torch.long)  # (N,)
     perm = torch.randperm(len(lengths_t), generator=generator)  # (N,)
     batches: List[Tensor] = []

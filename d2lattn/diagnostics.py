@@ -260,6 +260,19 @@ def _not_finite_result(name: str, where: str, tol: float, what: str) -> CheckRes
 
 # --- the checks -------------------------------------------------------------------------------
 
+def _reference_run(run: Callable[..., Tensor], args: Tuple[Any, ...], B: int, T: int, name: str,
+                   tolerance: Optional[float], what: str = "The outputs"
+                   ) -> Tuple[Tensor, float, Optional[CheckResult]]:
+    """The run the other runs are compared with: its outputs ``(B, T, ...)``, the tolerance, and
+    the failed result to return when those outputs are not finite (``None`` when they are)."""
+    reference = run(*args)
+    _check_time_axis(reference, B, T, name)
+    tol = _tolerance(reference, tolerance)
+    where = _non_finite(reference)
+    failed = None if where is None else _not_finite_result(name, where, tol, what)
+    return reference, tol, failed
+
+
 def check_causal(model: Model, inputs: Tensor, *, mode: str = "eval",
                  tolerance: Optional[float] = None, seed: int = 0,
                  vocab_size: Optional[int] = None,
@@ -317,12 +330,9 @@ def check_causal(model: Model, inputs: Tensor, *, mode: str = "eval",
     run = _runner(model, seed, B)
     positions = torch.arange(T, device=inputs.device)
     with _held_still(_find_module(model, module), mode, inputs.device), torch.no_grad():
-        reference = run(inputs)
-        _check_time_axis(reference, B, T, name)
-        tol = _tolerance(reference, tolerance)
-        where = _non_finite(reference)
-        if where is not None:
-            return _not_finite_result(name, where, tol, "The outputs")
+        reference, tol, failed = _reference_run(run, (inputs,), B, T, name, tolerance)
+        if failed is not None:
+            return failed
         deviations = torch.zeros(T - 1, dtype=torch.float64)
         for t in range(T - 1):
             changed = _perturbed(inputs, (positions > t).expand(B, T), generator, vocab_size)
@@ -432,12 +442,18 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
             "other values")
     if per_position:
         dev = _position_deviation(out, reference).masked_fill(padding.cpu(), 0.0)  # (B, T)
-        largest = float(dev.max())
-        moved = dev > tol
-        if not bool(moved.any()):
-            message = (f"{what} left the outputs at all {int(lens.sum())} valid positions "
-                       f"unchanged (within the tolerance {_fmt(tol)}; {how}).")
-            return CheckResult(name, True, message, largest, tol, None, {"deviations": dev})
+        unmoved = f"the outputs at all {int(lens.sum())} valid positions"
+    else:
+        diff = (out.double() - reference.double()).abs()
+        dev = diff.flatten(1).amax(dim=1) if diff.dim() >= 2 else diff  # (B,)
+        unmoved = "the pooled outputs"
+    largest = float(dev.max())
+    moved = dev > tol
+    if not bool(moved.any()):
+        message = (f"{what} left {unmoved} unchanged (within the tolerance {_fmt(tol)}; "
+                   f"{how}).")
+        return CheckResult(name, True, message, largest, tol, None, {"deviations": dev})
+    if per_position:
         b = int(moved.any(dim=1).nonzero()[0])
         p = int(moved[b].nonzero()[0])
         wb, wp = divmod(int(dev.argmax()), T)
@@ -447,14 +463,6 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
                    f"deviation is {_fmt(largest)}, at position {wp} of sequence {wb} ({how}).")
         return CheckResult(name, False, message, largest, tol, p,
                            {"deviations": dev, "sequence": b})
-    diff = (out.double() - reference.double()).abs()
-    dev = diff.flatten(1).amax(dim=1) if diff.dim() >= 2 else diff  # (B,)
-    largest = float(dev.max())
-    moved = dev > tol
-    if not bool(moved.any()):
-        message = (f"{what} left the pooled outputs unchanged (within the tolerance "
-                   f"{_fmt(tol)}; {how}).")
-        return CheckResult(name, True, message, largest, tol, None, {"deviations": dev})
     b = int(moved.nonzero()[0])
     message = (f"{what} moved the pooled output of sequence {b} (valid length {int(lens[b])} "
                f"of {T}) by {_fmt(float(dev[b]))} (tolerance {_fmt(tol)}): the pooling reads "
@@ -512,12 +520,9 @@ def check_permutation_equivariance(model: Model, inputs: Tensor, *, mode: str = 
         perm = perm.roll(1)
     run = _runner(model, seed, B)
     with _held_still(_find_module(model, module), mode, inputs.device), torch.no_grad():
-        reference = run(inputs)
-        _check_time_axis(reference, B, T, name)
-        tol = _tolerance(reference, tolerance)
-        where = _non_finite(reference)
-        if where is not None:
-            return _not_finite_result(name, where, tol, "The outputs")
+        reference, tol, failed = _reference_run(run, (inputs,), B, T, name, tolerance)
+        if failed is not None:
+            return failed
         out = run(inputs[:, perm.to(inputs.device)])
     dev = _position_deviation(out, reference[:, perm.to(reference.device)]).amax(dim=0)  # (T,)
     largest = float(dev.max())
@@ -590,12 +595,10 @@ def check_kv_cache(model: Model, inputs: Tensor, new_cache: Callable[[], Any], *
     name = "check_kv_cache"
     run = _runner(model, seed, B)
     with _held_still(_find_module(model, module), mode, inputs.device), torch.no_grad():
-        reference = run(inputs, None)
-        _check_time_axis(reference, B, T, name)
-        tol = _tolerance(reference, tolerance)
-        where = _non_finite(reference)
-        if where is not None:
-            return _not_finite_result(name, where, tol, "The outputs without a cache")
+        reference, tol, failed = _reference_run(run, (inputs, None), B, T, name, tolerance,
+                                                "The outputs without a cache")
+        if failed is not None:
+            return failed
         cache = new_cache()
         pieces = []
         for start, stop in [(0, prompt_len)] + [(t, t + 1) for t in range(prompt_len, T)]:

@@ -36,7 +36,6 @@ from torch import Tensor
 from ._checks import (
     ValidLens,
     Window,
-    as_valid_lens,
     check_bool,
     check_broadcast,
     check_dropout,
@@ -707,8 +706,7 @@ def tile_schedule(num_queries: int, num_keys: int, *, block_size: int = DEFAULT_
     window = check_window(window)
     if valid_lens is None:
         return _tile_grid(num_queries, num_keys, block_size, is_causal, window, None)
-    B = as_valid_lens(valid_lens).shape[0] if as_valid_lens(valid_lens).dim() else -1
-    lens = check_valid_lens(valid_lens, B, num_queries, num_keys)
+    lens = check_valid_lens(valid_lens, None, num_queries, num_keys)
     return torch.stack([_tile_grid(num_queries, num_keys, block_size, is_causal, window,
                                    row[None]) for row in lens])  # (B, nQ, nK)
 

@@ -30,8 +30,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._checks import (check_bool, check_dropout, check_logits, check_positive_ints,
-                      check_temperature)
+from ._checks import (
+    check_bool,
+    check_dropout,
+    check_logits,
+    check_non_negative_ints,
+    check_positive_ints,
+    check_positive_or_none,
+    check_temperature,
+    check_top_k,
+    check_top_p,
+)
 from .text import random_windows
 from .transformer import KVCache, TransformerEncoderBlock
 
@@ -81,9 +90,7 @@ def top_k_filter(logits: Tensor, k: int) -> Tensor:
     Source: Fan et al. (2018), "Hierarchical Neural Story Generation", section 5.4.
     """
     check_logits(logits)
-    V = logits.shape[-1]
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= V:
-        raise ValueError(f"top_k must be an integer in [1, V = {V}], got {k!r}")
+    check_top_k(k, logits.shape[-1])
     keep = torch.zeros_like(logits, dtype=torch.bool)
     keep.scatter_(-1, logits.topk(k, dim=-1).indices, True)
     return logits.masked_fill(~keep, float("-inf"))
@@ -111,8 +118,7 @@ def top_p_filter(logits: Tensor, p: float) -> Tensor:
     Source: Holtzman et al. (2020), "The Curious Case of Neural Text Degeneration", eq. (2).
     """
     check_logits(logits)
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1:
-        raise ValueError(f"top_p must be a number in (0, 1], got {p!r}")
+    check_top_p(p)
     probs, order = logits.float().softmax(dim=-1).sort(dim=-1, descending=True)
     mass_before = probs.cumsum(dim=-1) - probs  # (..., V)
     keep_sorted = mass_before < p
@@ -286,22 +292,14 @@ class GPT(nn.Module):
         if (not isinstance(prompt, Tensor) or prompt.dim() != 2 or prompt.shape[1] < 1
                 or prompt.is_floating_point() or prompt.dtype == torch.bool):
             raise ValueError("prompt must be an integer tensor of shape (B, T0) with T0 >= 1")
-        if (isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int)
-                or max_new_tokens < 0):
-            raise ValueError(f"max_new_tokens must be a non-negative integer, "
-                             f"got {max_new_tokens!r}")
+        check_non_negative_ints(max_new_tokens=max_new_tokens)
         check_bool(greedy=greedy)
         check_temperature(temperature)
         if greedy and (temperature != 1.0 or top_k is not None or top_p is not None):
             raise ValueError("greedy=True takes the argmax: leave temperature, top_k and top_p "
                              "at their defaults")
-        if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int)
-                                  or not 1 <= top_k <= c.vocab_size):
-            raise ValueError(f"top_k must be None or an integer in [1, {c.vocab_size}], "
-                             f"got {top_k!r}")
-        if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float))
-                                  or not 0 < top_p <= 1):
-            raise ValueError(f"top_p must be None or a number in (0, 1], got {top_p!r}")
+        check_top_k(top_k, c.vocab_size, optional=True)
+        check_top_p(top_p, optional=True)
         total = prompt.shape[1] + max_new_tokens
         if use_cache is None:
             use_cache = total <= c.block_size
@@ -374,8 +372,7 @@ def train_lm(model: GPT, data: Tensor, steps: int, *, batch_size: int = 32, lr: 
         update). A non-finite loss stops training (the list ends with it).
     """
     check_positive_ints(steps=steps, batch_size=batch_size)
-    if clip is not None and not clip > 0:
-        raise ValueError(f"clip must be None or a positive number, got {clip!r}")
+    check_positive_or_none("clip", clip)
     T = model.config.block_size
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]

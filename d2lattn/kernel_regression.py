@@ -13,7 +13,8 @@ Chinese edition of *Dive into Deep Learning* (动手学深度学习, 2nd ed., 20
 from __future__ import annotations
 
 import math
-from typing import Callable, Dict, Optional, Tuple
+import warnings
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
@@ -54,21 +55,29 @@ KERNELS: Dict[str, Callable[[Tensor], Tensor]] = {
 
 
 def nadaraya_watson(
-    x_train: Tensor,
-    y_train: Tensor,
-    x_query: Tensor,
+    *args: Tensor,
+    x_query: Optional[Tensor] = None,
+    x_train: Optional[Tensor] = None,
+    y_train: Optional[Tensor] = None,
     kernel: str = "gaussian",
     bandwidth: float = 1.0,
 ) -> Tuple[Tensor, Tensor]:
     r"""Nonparametric Nadaraya–Watson regression with a fixed kernel and bandwidth.
 
+    Every argument is passed by name, so no call can mix up the queries and the keys. (Earlier
+    releases took ``(x_train, y_train, x_query, kernel, bandwidth)`` by position, the
+    opposite of :class:`NadarayaWatsonRegression`'s ``(x_query, x_train, y_train)``. That
+    form still works in this release, with a ``DeprecationWarning``; the next release takes
+    positional tensors in the layer's order, queries first.)
+
     Args:
-        x_train: ``(n,)`` float, the keys (training inputs).
-        y_train: ``(n,)`` float, the values (training targets).
-        x_query: ``(m,)`` float, the queries (where to predict).
-        kernel: one of ``"gaussian"``, ``"boxcar"``, ``"constant"``, ``"epanechnikov"``
-            (see :data:`KERNELS`), evaluated at ``u = (x_query - x_train) / bandwidth``.
-        bandwidth: sigma, a positive finite number in the units of ``x``.
+        x_query: keyword; ``(m,)`` float, the queries (where to predict).
+        x_train: keyword; ``(n,)`` float, the keys (training inputs).
+        y_train: keyword; ``(n,)`` float, the values (training targets).
+        kernel: keyword; one of ``"gaussian"``, ``"boxcar"``, ``"constant"``,
+            ``"epanechnikov"`` (see :data:`KERNELS`), evaluated at
+            ``u = (x_query - x_train) / bandwidth``.
+        bandwidth: keyword; sigma, a positive finite number in the units of ``x``.
 
     Returns:
         ``(y_hat, weights)``: predictions ``(m,)`` and attention weights ``(m, n)`` whose rows
@@ -79,13 +88,16 @@ def nadaraya_watson(
         ``-u**2 / 2``, so they never underflow to an all-zero row.
 
     Raises:
-        ValueError: if an input is not a 1-D float tensor, the three inputs differ in dtype,
-            ``x_train`` and ``y_train`` differ in length, ``n == 0``, the kernel is unknown,
-            or ``bandwidth`` is not a positive finite number.
+        ValueError: if an input is missing or not a 1-D float tensor, the three inputs differ
+            in dtype, ``x_train`` and ``y_train`` differ in length, ``n == 0``, the kernel is
+            unknown, or ``bandwidth`` is not a positive finite number.
+        TypeError: more than five positional arguments, or one given both by position and
+            by name (the deprecated positional form).
 
     Example:
         >>> x = torch.tensor([0.0, 1.0, 2.0]); y = torch.tensor([0.0, 1.0, 4.0])
-        >>> y_hat, w = nadaraya_watson(x, y, torch.tensor([1.0]), kernel="boxcar")
+        >>> y_hat, w = nadaraya_watson(x_query=torch.tensor([1.0]), x_train=x, y_train=y,
+        ...                            kernel="boxcar")
         >>> y_hat, w
         (tensor([1.6667]), tensor([[0.3333, 0.3333, 0.3333]]))
 
@@ -93,6 +105,9 @@ def nadaraya_watson(
     *Dive into Deep Learning*, Chinese edition (动手学深度学习, 2nd ed., Posts & Telecom
     Press, 2023), section 10.2 (注意力汇聚：Nadaraya-Watson 核回归).
     """
+    if args:  # the positional form of earlier releases (deprecated)
+        x_query, x_train, y_train, kernel, bandwidth = _old_positional_order(
+            args, x_query, x_train, y_train, kernel, bandwidth)
     check_nw_inputs(x_query, x_train, y_train)
     if not isinstance(kernel, str) or kernel not in KERNELS:
         raise ValueError(f"kernel must be one of {sorted(KERNELS)}, got {kernel!r}")
@@ -112,6 +127,30 @@ def nadaraya_watson(
     return weights @ y_train, weights  # (m,), (m, n)
 
 
+def _old_positional_order(args: Tuple[Any, ...], x_query: Any, x_train: Any, y_train: Any,
+                          kernel: Any, bandwidth: Any) -> Tuple[Any, Any, Any, Any, Any]:
+    """:func:`nadaraya_watson`'s arguments from a call in the positional order of earlier
+    releases, ``(x_train, y_train, x_query, kernel, bandwidth)``, with a DeprecationWarning."""
+    names = ("x_train", "y_train", "x_query", "kernel", "bandwidth")
+    if len(args) > len(names):
+        raise TypeError(f"nadaraya_watson takes at most {len(names)} positional arguments "
+                        f"(deprecated), got {len(args)}")
+    given = {"x_query": x_query, "x_train": x_train, "y_train": y_train,
+             "kernel": kernel, "bandwidth": bandwidth}
+    defaults = nadaraya_watson.__kwdefaults__  # an argument left out is its default object
+    for name, value in zip(names, args):
+        if given[name] is not defaults[name]:
+            raise TypeError(f"nadaraya_watson got {name} both by position and by name")
+        given[name] = value
+    warnings.warn("nadaraya_watson's positional arguments (x_train, y_train, x_query, kernel, "
+                  "bandwidth) are deprecated: pass them by name, as nadaraya_watson("
+                  "x_query=..., x_train=..., y_train=..., kernel=..., bandwidth=...); the next "
+                  "release takes positional tensors in NadarayaWatsonRegression's order "
+                  "(x_query, x_train, y_train)", DeprecationWarning, stacklevel=3)
+    return (given["x_query"], given["x_train"], given["y_train"], given["kernel"],
+            given["bandwidth"])
+
+
 class NadarayaWatsonRegression(nn.Module):
     r"""Parametric Nadaraya–Watson regression: a Gaussian kernel with a learnable width.
 
@@ -119,7 +158,8 @@ class NadarayaWatsonRegression(nn.Module):
 
     ``w`` is the inverse of the bandwidth (``w = 1 / sigma``), not the standard deviation: a
     larger ``w`` gives a narrower kernel and spikier weights. With ``w = 1 / sigma`` the
-    weights equal those of ``nadaraya_watson(..., kernel="gaussian", bandwidth=sigma)``.
+    weights equal those of ``nadaraya_watson(x_query=..., x_train=..., y_train=...,
+    kernel="gaussian", bandwidth=sigma)``.
 
     Args:
         w: initial value of the learnable scale, a finite float.

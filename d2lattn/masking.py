@@ -29,12 +29,10 @@ from torch import Tensor
 
 from ._checks import (
     ValidLens,
-    as_valid_lens,
-    check_batch_size,
     check_bool_mask,
     check_non_negative_ints,
     check_scores,
-    check_valid_lens_range,
+    check_valid_lens,
 )
 
 __all__ = ["causal_mask", "masked_softmax", "valid_lens_to_mask"]
@@ -63,21 +61,11 @@ def valid_lens_to_mask(valid_lens: ValidLens, num_queries: int, num_keys: int) -
 
     Source: the ``valid_lens`` convention of d2l.ai, section 11.3 (masked softmax).
     """
-    valid_lens = as_valid_lens(valid_lens)
+    valid_lens = check_valid_lens(valid_lens, None, num_queries, num_keys)
     if valid_lens.dim() == 2:
-        if valid_lens.shape[1] != num_queries:
-            raise ValueError(
-                "valid_lens of shape (B, Q) must have Q = number of queries = "
-                f"{num_queries}, got shape {tuple(valid_lens.shape)}"
-            )
         lens = valid_lens[:, :, None]  # (B, Q, 1)
-    elif valid_lens.dim() == 1:
-        lens = valid_lens[:, None, None]  # (B, 1, 1)
     else:
-        raise ValueError(
-            f"valid_lens must have shape (B,) or (B, Q), got shape {tuple(valid_lens.shape)}"
-        )
-    check_valid_lens_range(valid_lens, num_keys)
+        lens = valid_lens[:, None, None]  # (B, 1, 1)
     positions = torch.arange(num_keys, device=valid_lens.device)  # (K,)
     return positions < lens  # (B, 1 or Q, K)
 
@@ -234,8 +222,7 @@ def _allowed_keys(X: Tensor, valid_lens: Optional[ValidLens],
     check_scores(X, with_valid_lens=valid_lens is not None)
     keep: Optional[Tensor] = None
     if valid_lens is not None:
-        lens = as_valid_lens(valid_lens)
-        check_batch_size(lens, X.shape[0], "valid_lens", "(B,) or (B, Q)")
+        lens = check_valid_lens(valid_lens, X.shape[0], X.shape[-2], X.shape[-1])
         keep = valid_lens_to_mask(lens.to(X.device), X.shape[-2], X.shape[-1])  # (B, 1|Q, K)
         keep = keep.view(keep.shape[0], *([1] * (X.dim() - 3)), *keep.shape[1:])
     if mask is not None:

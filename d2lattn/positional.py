@@ -11,9 +11,13 @@ from torch import Tensor, nn
 from ._checks import (
     check_bool,
     check_dropout,
+    check_even_size,
     check_non_negative_ints,
+    check_offset,
     check_positions_input,
     check_positive_ints,
+    check_rotary_args,
+    check_slopes,
 )
 
 __all__ = [
@@ -155,11 +159,8 @@ def sinusoidal_shift_matrix(
     Source: Vaswani et al. (2017), section 3.5 (``PE_{pos+k}`` is a linear function of
     ``PE_{pos}``); the book's chapter 6, "Relative position".
     """
-    if not isinstance(k, int) or isinstance(k, bool):
-        raise ValueError(f"k must be an integer offset, got {k!r}")
-    if (not isinstance(num_hiddens, int) or isinstance(num_hiddens, bool) or num_hiddens < 2
-            or num_hiddens % 2 != 0):
-        raise ValueError(f"num_hiddens must be a positive even integer, got {num_hiddens!r}")
+    check_offset(k)
+    check_even_size(num_hiddens)
     two_i = torch.arange(0, num_hiddens, 2, dtype=torch.float64)  # (d/2,)
     angles = k / torch.pow(10000.0, two_i / num_hiddens)  # (d/2,)
     cos, sin = torch.cos(angles), torch.sin(angles)  # (d/2,) each
@@ -272,20 +273,11 @@ def rotary_embedding(
     Source: Su et al. (2021), "RoFormer: Enhanced Transformer with Rotary Position
     Embedding", equations (13)-(16) and (34); book chapter 8.
     """
-    if not isinstance(X, Tensor) or not X.is_floating_point() or X.dim() < 2:
-        raise ValueError("X must be a floating-point tensor of shape (..., T, d)")
+    check_rotary_args(X, base, positions)
     T, d = X.shape[-2], X.shape[-1]
-    if d % 2 != 0:
-        raise ValueError(f"X must have an even last axis d (feature pairs are rotated), got {d}")
-    if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 1:
-        raise ValueError(f"base must be a number > 1, got {base!r}")
     if positions is None:
         pos = torch.arange(T, dtype=torch.float64, device=X.device)  # (T,)
     else:
-        if not isinstance(positions, Tensor) or tuple(positions.shape) != (T,):
-            raise ValueError(f"positions must be a tensor of shape (T,) = ({T},), got "
-                             + (str(tuple(positions.shape)) if isinstance(positions, Tensor)
-                                else type(positions).__name__))
         pos = positions.to(device=X.device, dtype=torch.float64)
     omega = torch.pow(float(base), -torch.arange(0, d, 2, dtype=torch.float64,
                                                  device=X.device) / d)  # (d/2,)
@@ -379,11 +371,8 @@ def alibi_bias(num_heads: int, num_queries: int, num_keys: int, *,
     check_bool(symmetric=symmetric)
     if slopes is None:
         slopes = alibi_slopes(num_heads).to(torch.float32)
-    elif not isinstance(slopes, Tensor) or not slopes.is_floating_point() \
-            or tuple(slopes.shape) != (num_heads,):
-        raise ValueError(f"slopes must be a float tensor of shape (H,) = ({num_heads},), got "
-                         + (f"shape {tuple(slopes.shape)} of dtype {slopes.dtype}"
-                            if isinstance(slopes, Tensor) else type(slopes).__name__))
+    else:
+        check_slopes(slopes, num_heads)
     i = torch.arange(num_queries, device=slopes.device)[:, None] + (num_keys - num_queries)
     j = torch.arange(num_keys, device=slopes.device)[None, :]  # (1, K)
     # integers first: j - i (or -|j - i|) is +0 on the diagonal, never -0.0

@@ -26,7 +26,9 @@ from torch import Tensor, nn
 from ._checks import (
     check_decoder_args,
     check_lengths,
+    check_positive,
     check_positive_ints,
+    check_positive_or_none,
     check_tokens,
 )
 from .data import CharVocab
@@ -104,7 +106,29 @@ class Seq2SeqEncoder(nn.Module):
         return outputs, state
 
 
-class Seq2SeqDecoder(nn.Module):
+class _Decoder(nn.Module):
+    """What the three decoders share: the target vocabulary's size, the target embedding, the
+    state they pass on and the check of the target tokens."""
+
+    attention_weights: Optional[Tensor] = None
+
+    def __init__(self, vocab_size: int, embed_size: int) -> None:
+        super().__init__()
+        self.vocab_size = vocab_size
+        self.embedding = nn.Embedding(vocab_size, embed_size)
+
+    def init_state(self, enc_outputs: Tensor, enc_state: Tensor,
+                   enc_valid_lens: Tensor) -> DecoderState:
+        """The decoder's initial state: ``(enc_outputs, enc_valid_lens, enc_state)``."""
+        return enc_outputs, enc_valid_lens, enc_state
+
+    def _embed(self, Y: Tensor) -> Tensor:
+        """The embedded targets ``(B, U, E)`` of ``Y`` ``(B, U)``, checked first."""
+        check_tokens(Y, "Y", vocab_size=self.vocab_size)
+        return self.embedding(Y)
+
+
+class Seq2SeqDecoder(_Decoder):
     r"""A GRU decoder *without* attention: the whole source reaches it through the encoder's
     final state (the bottleneck).
 
@@ -144,37 +168,27 @@ class Seq2SeqDecoder(nn.Module):
     (2014) (the final state starts the decoder).
     """
 
-    attention_weights: Optional[Tensor] = None
-
     def __init__(self, vocab_size: int, embed_size: int, num_hiddens: int) -> None:
-        super().__init__()
         check_positive_ints(vocab_size=vocab_size, embed_size=embed_size,
                             num_hiddens=num_hiddens)
-        self.vocab_size = vocab_size
-        self.embedding = nn.Embedding(vocab_size, embed_size)
+        super().__init__(vocab_size, embed_size)  # self.embedding
         self.rnn = nn.GRU(embed_size + num_hiddens, num_hiddens, batch_first=True)
         self.dense = nn.Linear(2 * num_hiddens, vocab_size)
 
-    def init_state(self, enc_outputs: Tensor, enc_state: Tensor,
-                   enc_valid_lens: Tensor) -> DecoderState:
-        """The decoder's initial state: ``(enc_outputs, enc_valid_lens, enc_state)``."""
-        return enc_outputs, enc_valid_lens, enc_state
-
     def forward(self, Y: Tensor, state: DecoderState) -> Tuple[Tensor, DecoderState]:
-        check_tokens(Y, "Y", vocab_size=self.vocab_size)
+        emb = self._embed(Y)  # (B, U, E)
         enc_outputs, enc_valid_lens, hidden = state
         B, U = Y.shape
         # the fixed context: the encoder's final state (top layer), the same at every step
         # (the encoder's state after the last real character)
         context = enc_outputs[torch.arange(B), enc_valid_lens - 1]  # (B, H)
         context = context.unsqueeze(1).expand(B, U, -1)  # (B, U, H)
-        emb = self.embedding(Y)  # (B, U, E)
         outputs, hidden = self.rnn(torch.cat([emb, context], dim=-1), hidden)  # (B, U, H)
         logits = self.dense(torch.cat([outputs, context], dim=-1))  # (B, U, V)
         return logits, (enc_outputs, enc_valid_lens, hidden)
 
 
-class AttentionDecoder(nn.Module):
+class AttentionDecoder(_Decoder):
     r"""A GRU decoder that attends over all encoder states with a given attention layer.
 
     At step ``t`` the decoder's state is the query; the encoder's states are the keys and the
@@ -226,10 +240,8 @@ class AttentionDecoder(nn.Module):
 
     def __init__(self, vocab_size: int, embed_size: int, num_hiddens: int, attention: nn.Module,
                  *, context_size: Optional[int] = None) -> None:
-        super().__init__()
         check_decoder_args(vocab_size, embed_size, num_hiddens, attention, context_size)
-        self.vocab_size = vocab_size
-        self.embedding = nn.Embedding(vocab_size, embed_size)
+        super().__init__(vocab_size, embed_size)  # self.embedding
         self.rnn = nn.GRU(embed_size, num_hiddens, batch_first=True)
         self.attention = attention
         self.dense = nn.Linear(num_hiddens + (context_size or num_hiddens), vocab_size)
@@ -239,15 +251,9 @@ class AttentionDecoder(nn.Module):
         """The attention layer's ``attention_weights`` of the last call."""
         return getattr(self.attention, "attention_weights", None)
 
-    def init_state(self, enc_outputs: Tensor, enc_state: Tensor,
-                   enc_valid_lens: Tensor) -> DecoderState:
-        """The decoder's initial state: ``(enc_outputs, enc_valid_lens, enc_state)``."""
-        return enc_outputs, enc_valid_lens, enc_state
-
     def forward(self, Y: Tensor, state: DecoderState) -> Tuple[Tensor, DecoderState]:
-        check_tokens(Y, "Y", vocab_size=self.vocab_size)
+        emb = self._embed(Y)  # (B, U, E)
         enc_outputs, enc_valid_lens, hidden = state
-        emb = self.embedding(Y)  # (B, U, E)
         # 1. run the RNN over the (shifted) targets: its states are the queries
         queries, hidden = self.rnn(emb, hidden)  # (B, U, H)
         # 2. attend over the encoder states (keys = values), padded positions masked
@@ -257,7 +263,7 @@ class AttentionDecoder(nn.Module):
         return logits, (enc_outputs, enc_valid_lens, hidden)
 
 
-class BahdanauDecoder(nn.Module):
+class BahdanauDecoder(_Decoder):
     r"""A GRU decoder with attention placed as Bahdanau et al.: the *previous* state is the
     query, and the context is fed into the GRU.
 
@@ -273,31 +279,27 @@ class BahdanauDecoder(nn.Module):
     goes. Padded source positions are masked with the encoder's ``valid_lens``.
 
     Args:
-        vocab_size: V, the number of target tokens.
-        embed_size: the size of the target embeddings.
-        num_hiddens: H, the GRU's hidden size (the encoder's).
+        vocab_size, embed_size, num_hiddens, context_size: as :class:`AttentionDecoder`.
         attention: any layer called as ``attention(queries (B, 1, H), keys (B, T, H),
             values (B, T, H), valid_lens (B,))`` that returns ``(B, 1, context_size)``:
             :class:`d2lattn.AdditiveAttention`, :class:`d2lattn.DotProductAttention`, ...
-        context_size: the feature size of the attention's output (default ``num_hiddens``).
 
-    Shapes: as :class:`Seq2SeqDecoder`.
+    Shapes: as :class:`Seq2SeqDecoder`; the returned state holds ``s_U`` ``(1, B, H)``.
 
     Attributes:
         attention_weights: the weights of every step of the last call, ``(B, U, T)``
             (``(B, num_heads, U, T)`` for multi-head attention).
 
     Raises:
-        ValueError: bad sizes; ``attention`` not an ``nn.Module``; ``Y`` not a ``(B, U)``
-            LongTensor of indices below ``V``.
+        ValueError: as :class:`AttentionDecoder`.
 
     Example:
-        >>> enc = Seq2SeqEncoder(10, 8, 16)
-        >>> dec = BahdanauDecoder(12, 8, 16, AdditiveAttention(16, 16, num_hiddens=8))
-        >>> X, X_lens = torch.tensor([[4, 5, 6], [7, 0, 0]]), torch.tensor([3, 1])
-        >>> logits, state = dec(torch.tensor([[1, 5], [1, 6]]), dec.init_state(*enc(X, X_lens), X_lens))
-        >>> logits.shape, dec.attention_weights.shape
-        (torch.Size([2, 2, 12]), torch.Size([2, 2, 3]))
+        >>> dec = BahdanauDecoder(12, 8, 16, DotProductAttention())
+        >>> H, s0 = Seq2SeqEncoder(10, 8, 16)(torch.tensor([[4, 5, 6]]), torch.tensor([3]))
+        >>> logits, (_, _, s) = dec(torch.tensor([[1, 5, 7, 2]]),
+        ...                         dec.init_state(H, s0, torch.tensor([3])))
+        >>> logits.shape, dec.attention_weights.shape, s.shape
+        (torch.Size([1, 4, 12]), torch.Size([1, 4, 3]), torch.Size([1, 1, 16]))
 
     Source: Bahdanau et al. (2015), section 3.1 and appendix A.2.2 (the query
     :math:`\mathbf s_{i-1}`, the context as an input of the recurrent step).
@@ -305,25 +307,17 @@ class BahdanauDecoder(nn.Module):
 
     def __init__(self, vocab_size: int, embed_size: int, num_hiddens: int, attention: nn.Module,
                  *, context_size: Optional[int] = None) -> None:
-        super().__init__()
         check_decoder_args(vocab_size, embed_size, num_hiddens, attention, context_size)
         C = context_size or num_hiddens
-        self.vocab_size = vocab_size
-        self.embedding = nn.Embedding(vocab_size, embed_size)
+        super().__init__(vocab_size, embed_size)  # self.embedding
         self.rnn = nn.GRUCell(embed_size + C, num_hiddens)
         self.attention = attention
         self.dense = nn.Linear(num_hiddens + C, vocab_size)
         self.attention_weights: Optional[Tensor] = None
 
-    def init_state(self, enc_outputs: Tensor, enc_state: Tensor,
-                   enc_valid_lens: Tensor) -> DecoderState:
-        """The decoder's initial state: ``(enc_outputs, enc_valid_lens, enc_state)``."""
-        return enc_outputs, enc_valid_lens, enc_state
-
     def forward(self, Y: Tensor, state: DecoderState) -> Tuple[Tensor, DecoderState]:
-        check_tokens(Y, "Y", vocab_size=self.vocab_size)
+        emb = self._embed(Y)  # (B, U, E)
         enc_outputs, enc_valid_lens, hidden = state
-        emb = self.embedding(Y)  # (B, U, E)
         s = hidden[0]  # (B, H): s_{t-1}
         states, contexts, weights = [], [], []
         for t in range(Y.shape[1]):
@@ -468,10 +462,8 @@ def train_seq2seq(model: EncoderDecoder, X: Tensor, X_valid_lens: Tensor, Y: Ten
     from .data import length_batches
 
     check_positive_ints(steps=steps, batch_size=batch_size)
-    if not lr > 0:
-        raise ValueError(f"lr must be positive, got {lr!r}")
-    if max_grad_norm is not None and not max_grad_norm > 0:
-        raise ValueError(f"max_grad_norm must be positive or None, got {max_grad_norm!r}")
+    check_positive("lr", lr)
+    check_positive_or_none("max_grad_norm", max_grad_norm)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     g = torch.Generator().manual_seed(seed)
     batches: List[Tensor] = []

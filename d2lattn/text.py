@@ -26,7 +26,12 @@ from typing import Iterable, List, NamedTuple, Optional, Tuple
 import torch
 from torch import Tensor
 
-from ._checks import check_positive_ints
+from ._checks import (
+    check_ids,
+    check_positive_ints,
+    check_text,
+    check_token_stream,
+)
 
 __all__ = ["CORPORA", "CharTokenizer", "TextSplit", "load_corpus", "load_split", "random_windows"]
 
@@ -100,8 +105,7 @@ class CharTokenizer:
     """
 
     def __init__(self, text: str) -> None:
-        if not isinstance(text, str) or not text:
-            raise ValueError("text must be a non-empty string")
+        check_text(text, non_empty=True)
         self.itos: List[str] = sorted(set(text))
         self.stoi = {ch: i for i, ch in enumerate(self.itos)}
 
@@ -113,8 +117,7 @@ class CharTokenizer:
 
     def encode(self, text: str) -> Tensor:
         """``(len(text),)`` int64 ids. Raises ``ValueError`` on a character not in the vocabulary."""
-        if not isinstance(text, str):
-            raise ValueError(f"text must be a string, got {type(text).__name__}")
+        check_text(text)
         try:
             return torch.tensor([self.stoi[ch] for ch in text], dtype=torch.long)
         except KeyError as err:
@@ -122,16 +125,7 @@ class CharTokenizer:
 
     def decode(self, ids: Iterable[int]) -> str:
         """The text of a 1-D sequence (list or tensor) of ids."""
-        if isinstance(ids, Tensor):
-            if ids.dim() != 1:
-                raise ValueError(f"ids must be 1-D, got shape {tuple(ids.shape)}")
-            ids = ids.tolist()
-        out = []
-        for i in ids:
-            if not 0 <= int(i) < len(self.itos):
-                raise ValueError(f"ids must lie in [0, {len(self.itos)}), got {int(i)}")
-            out.append(self.itos[int(i)])
-        return "".join(out)
+        return "".join(self.itos[i] for i in check_ids(ids, len(self.itos)))
 
 
 def random_windows(data: Tensor, batch_size: int, block_size: int, *,
@@ -152,8 +146,7 @@ def random_windows(data: Tensor, batch_size: int, block_size: int, *,
         (True, torch.Size([2, 4]))
     """
     check_positive_ints(batch_size=batch_size, block_size=block_size)
-    if not isinstance(data, Tensor) or data.dim() != 1 or data.numel() <= block_size:
-        raise ValueError(f"data must be a 1-D tensor longer than block_size = {block_size}")
+    check_token_stream(data, block_size)
     starts = torch.randint(0, data.numel() - block_size, (batch_size,), generator=generator)
     index = starts[:, None] + torch.arange(block_size)  # (B, T)
     return data[index], data[index + 1]

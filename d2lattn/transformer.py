@@ -191,7 +191,67 @@ def _torch_activation(layer: nn.Module) -> Activation:
     return copy.deepcopy(act) if isinstance(act, nn.Module) else act
 
 
-class TransformerEncoderBlock(nn.Module):
+class _TransformerBlock(nn.Module):
+    """What the two blocks share: their arguments and checks, the building of their sublayers,
+    and ``from_torch``.
+
+    The sublayers are built in the order of the forward pass, which is also the order of the
+    seeded initialization and of the ``state_dict``: ``self_attention`` and ``norm1``; in the
+    decoder, ``cross_attention`` and ``norm2``; ``ffn`` and the last LayerNorm; then one
+    dropout per sublayer (``dropout1``, ``dropout2``, ...).
+    """
+
+    _cross_attends = False  # True in the decoder block
+    _torch_cls: type = nn.Module  # the PyTorch layer ``from_torch`` copies
+
+    def __init__(self, num_hiddens: int, num_heads: int, ffn_num_hiddens: int,
+                 dropout: float = 0.0, *, norm_first: bool = False,
+                 layer_norm_eps: float = 1e-5, rotary: bool = False,
+                 activation: Activation = "relu", bias: bool = True) -> None:
+        super().__init__()
+        check_block_args(num_hiddens, num_heads, ffn_num_hiddens, dropout, norm_first,
+                         layer_norm_eps, bias)
+        self.num_hiddens = num_hiddens
+        self.norm_first = norm_first
+
+        def layer_norm() -> nn.LayerNorm:
+            return nn.LayerNorm(num_hiddens, eps=layer_norm_eps, bias=bias)
+
+        self.self_attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=bias,
+                                                 rotary=rotary)
+        self.norm1 = layer_norm()
+        if self._cross_attends:
+            self.cross_attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=bias)
+            self.norm2 = layer_norm()
+        self.ffn = PositionWiseFFN(num_hiddens, ffn_num_hiddens, dropout,
+                                   activation=activation, bias=bias)
+        num_sublayers = 3 if self._cross_attends else 2
+        self.add_module(f"norm{num_sublayers}", layer_norm())
+        for i in range(1, num_sublayers + 1):
+            self.add_module(f"dropout{i}", nn.Dropout(dropout))
+
+    @classmethod
+    def _from_torch(cls, layer: nn.Module) -> "_TransformerBlock":
+        """Both blocks' ``from_torch``: the sizes and options of ``layer``, then its weights."""
+        bias = check_torch_layer(layer, cls._torch_cls)
+        ref = layer.self_attn
+        block = cls(ref.embed_dim, ref.num_heads, layer.linear1.out_features, layer.dropout.p,
+                    norm_first=layer.norm_first, layer_norm_eps=layer.norm1.eps,
+                    activation=_torch_activation(layer), bias=bias)
+        block.to(device=ref.in_proj_weight.device, dtype=ref.in_proj_weight.dtype)
+        with torch.no_grad():
+            _copy_mha(block.self_attention, ref)
+            if cls._cross_attends:
+                _copy_mha(block.cross_attention, layer.multihead_attn)
+            block.ffn.dense1.load_state_dict(layer.linear1.state_dict())
+            block.ffn.dense2.load_state_dict(layer.linear2.state_dict())
+            for name, norm in layer.named_children():
+                if name.startswith("norm"):
+                    getattr(block, name).load_state_dict(norm.state_dict())
+        return block.train(layer.training)
+
+
+class TransformerEncoderBlock(_TransformerBlock):
     r"""A Transformer encoder block: self-attention and a feed-forward network, each with a
     residual connection and LayerNorm.
 
@@ -245,23 +305,10 @@ class TransformerEncoderBlock(nn.Module):
     "On Layer Normalization in the Transformer Architecture", figure 1.
     """
 
-    def __init__(self, num_hiddens: int, num_heads: int, ffn_num_hiddens: int,
-                 dropout: float = 0.0, *, norm_first: bool = False,
-                 layer_norm_eps: float = 1e-5, rotary: bool = False,
-                 activation: Activation = "relu", bias: bool = True) -> None:
-        super().__init__()
-        check_block_args(num_hiddens, num_heads, ffn_num_hiddens, dropout, norm_first,
-                         layer_norm_eps, bias)
-        self.num_hiddens = num_hiddens
-        self.norm_first = norm_first
-        self.self_attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=bias,
-                                                 rotary=rotary)
-        self.norm1 = nn.LayerNorm(num_hiddens, eps=layer_norm_eps, bias=bias)
-        self.ffn = PositionWiseFFN(num_hiddens, ffn_num_hiddens, dropout,
-                                   activation=activation, bias=bias)
-        self.norm2 = nn.LayerNorm(num_hiddens, eps=layer_norm_eps, bias=bias)
-        self.dropout1 = nn.Dropout(dropout)
-        self.dropout2 = nn.Dropout(dropout)
+    _torch_cls = nn.TransformerEncoderLayer
+    norm2: nn.LayerNorm  # after the feed-forward network
+    dropout1: nn.Dropout
+    dropout2: nn.Dropout
 
     def forward(self, X: Tensor, valid_lens: Optional[ValidLens] = None, *,
                 attn_mask: Optional[Tensor] = None, is_causal: bool = False,
@@ -307,30 +354,10 @@ class TransformerEncoderBlock(nn.Module):
 
         Source: the parameter layout of ``torch.nn.TransformerEncoderLayer``.
         """
-        return _from_torch(cls, layer, nn.TransformerEncoderLayer)
+        return cls._from_torch(layer)
 
 
-def _from_torch(cls: type, layer: nn.Module, torch_cls: type) -> nn.Module:
-    """Both blocks' ``from_torch``: the sizes and options of ``layer``, then its weights."""
-    bias = check_torch_layer(layer, torch_cls)
-    ref = layer.self_attn
-    block = cls(ref.embed_dim, ref.num_heads, layer.linear1.out_features, layer.dropout.p,
-                norm_first=layer.norm_first, layer_norm_eps=layer.norm1.eps,
-                activation=_torch_activation(layer), bias=bias)
-    block.to(device=ref.in_proj_weight.device, dtype=ref.in_proj_weight.dtype)
-    with torch.no_grad():
-        _copy_mha(block.self_attention, ref)
-        if hasattr(layer, "multihead_attn"):  # a decoder layer's cross-attention
-            _copy_mha(block.cross_attention, layer.multihead_attn)
-        block.ffn.dense1.load_state_dict(layer.linear1.state_dict())
-        block.ffn.dense2.load_state_dict(layer.linear2.state_dict())
-        for name, norm in layer.named_children():
-            if name.startswith("norm"):
-                getattr(block, name).load_state_dict(norm.state_dict())
-    return block.train(layer.training)
-
-
-class TransformerDecoderBlock(nn.Module):
+class TransformerDecoderBlock(_TransformerBlock):
     r"""A Transformer decoder block: masked self-attention, cross-attention to the encoder's
     output, and a feed-forward network, each with a residual connection and LayerNorm.
 
@@ -389,26 +416,14 @@ class TransformerDecoderBlock(nn.Module):
     Source: Vaswani et al. (2017), section 3.1 and figure 1 (decoder); section 3.2.3 (masking).
     """
 
-    def __init__(self, num_hiddens: int, num_heads: int, ffn_num_hiddens: int,
-                 dropout: float = 0.0, *, norm_first: bool = False,
-                 layer_norm_eps: float = 1e-5, rotary: bool = False,
-                 activation: Activation = "relu", bias: bool = True) -> None:
-        super().__init__()
-        check_block_args(num_hiddens, num_heads, ffn_num_hiddens, dropout, norm_first,
-                         layer_norm_eps, bias)
-        self.num_hiddens = num_hiddens
-        self.norm_first = norm_first
-        self.self_attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=bias,
-                                                 rotary=rotary)
-        self.norm1 = nn.LayerNorm(num_hiddens, eps=layer_norm_eps, bias=bias)
-        self.cross_attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=bias)
-        self.norm2 = nn.LayerNorm(num_hiddens, eps=layer_norm_eps, bias=bias)
-        self.ffn = PositionWiseFFN(num_hiddens, ffn_num_hiddens, dropout,
-                                   activation=activation, bias=bias)
-        self.norm3 = nn.LayerNorm(num_hiddens, eps=layer_norm_eps, bias=bias)
-        self.dropout1 = nn.Dropout(dropout)
-        self.dropout2 = nn.Dropout(dropout)
-        self.dropout3 = nn.Dropout(dropout)
+    _cross_attends = True
+    _torch_cls = nn.TransformerDecoderLayer
+    cross_attention: MultiHeadAttention
+    norm2: nn.LayerNorm  # after the cross-attention
+    norm3: nn.LayerNorm  # after the feed-forward network
+    dropout1: nn.Dropout
+    dropout2: nn.Dropout
+    dropout3: nn.Dropout
 
     def forward(self, X: Tensor, memory: Tensor, memory_valid_lens: Optional[ValidLens] = None,
                 *, is_causal: bool = True, kv_cache: Optional[KVCache] = None,
@@ -464,4 +479,4 @@ class TransformerDecoderBlock(nn.Module):
 
         Source: the parameter layout of ``torch.nn.TransformerDecoderLayer``.
         """
-        return _from_torch(cls, layer, nn.TransformerDecoderLayer)
+        return cls._from_torch(layer)

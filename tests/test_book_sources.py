@@ -16,7 +16,6 @@ exactly the table of contents' pages.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import subprocess
@@ -24,6 +23,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from book_helpers import book_tool, toc_pages
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,24 +41,6 @@ DECOYS = [
     "book/drafts/unlisted.md",
     "notes.md",
 ]
-
-
-def toc_pages() -> list[str]:
-    """Every page the table of contents lists (docnames, without suffix)."""
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
-    pages = [toc["root"]]
-
-    def walk(entries):
-        for entry in entries or []:
-            if "file" in entry:
-                pages.append(entry["file"])
-            walk(entry.get("chapters"))
-            walk(entry.get("sections"))
-
-    for part in toc.get("parts", []):
-        walk(part.get("chapters"))
-    walk(toc.get("chapters"))
-    return sorted(pages)
 
 
 def _notebook(title: str) -> str:
@@ -126,9 +108,7 @@ def test_english_build_reads_only_the_toc_pages(stub):
 
 
 def test_chinese_build_reads_only_the_toc_pages(stub):
-    spec = importlib.util.spec_from_file_location("d2lattn_book_tool", ROOT / "tools" / "book.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = book_tool()
     # the Chinese configuration, written where tools/book.py writes it, relative to the stub
     tool.ROOT = stub
     config_dir = stub / "_build" / "zh"

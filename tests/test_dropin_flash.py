@@ -394,3 +394,28 @@ def test_flash_attention_options_together_match_sdpa(Q, K, g, block_size, is_cau
     if Q and K:
         for a, b in zip(grads(out, (q, k, v)), grads(ref, (q, k, v))):
             torch.testing.assert_close(a, b, **F64)
+
+
+def _held_for_backward(out):
+    """The bytes the backward pass of ``out`` holds: the saved tensors plus the dropout mask
+    the kernel's tiling keeps."""
+    fn = out.grad_fn
+    while not hasattr(fn, "tiling"):
+        fn = fn.next_functions[0][0]
+    keep = fn.tiling.keep
+    saved = sum(t.numel() * t.element_size() for t in fn.saved_tensors)
+    return saved, (0 if keep is None else keep.numel() * keep.element_size())
+
+
+def test_dropout_costs_the_memory_saving_as_chapter_9_says():
+    """Chapter 9 and flash_attention's docstring: without dropout the backward pass holds
+    O(Q d) per head and no (Q, K) tensor; with dropout it holds the keep mask of all
+    (..., Q, K) weights, one byte each, drawn as SDPA's math backend draws it."""
+    B, h, T, d = 1, 2, 256, 8
+    q, k, v = (randn(B, h, T, d, seed=s, dtype=torch.float32, requires_grad=True)
+               for s in range(3))
+    saved, mask = _held_for_backward(flash_attention(q, k, v, block_size=32))
+    assert mask == 0
+    assert saved < B * h * T * T  # q, k, v, out and two numbers per query: far below Q x K
+    _, mask = _held_for_backward(flash_attention(q, k, v, block_size=32, dropout_p=0.1))
+    assert mask == B * h * T * T  # the whole (B, h, Q, K) mask, one byte per weight

@@ -15,7 +15,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import d2lattn._checks as checks
 from d2lattn import flash, masking, multihead, scoring, transformer
 from d2lattn.masking import causal_mask, masked_softmax, valid_lens_to_mask
-from d2lattn.multihead import MultiHeadAttention
+from d2lattn.multihead import GroupedQueryAttention, MultiHeadAttention
 from d2lattn.positional import alibi_bias, alibi_slopes
 from d2lattn.scoring import DotProductAttention
 from d2lattn.transformer import (KVCache, PositionWiseFFN, TransformerDecoderBlock,
@@ -344,6 +344,60 @@ def test_one_definition_of_each_check():
     assert len(found) > 40  # the test looked at the modules' imports, not at nothing
     assert masking.ValidLens is flash.ValidLens is transformer.ValidLens is checks.ValidLens
     assert multihead.ValidLens is checks.ValidLens
+
+
+def _valid_lens_callers(q, k, v):
+    """Everything that takes ``valid_lens``, called with it as the fourth argument."""
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(q.shape[-1], 2).to(q.dtype)
+    torch.manual_seed(0)
+    gqa = GroupedQueryAttention(q.shape[-1], 2, 1).to(q.dtype)
+    return {
+        "masked_softmax": lambda lens: masked_softmax(q @ k.transpose(1, 2), lens),
+        "DotProductAttention": lambda lens: DotProductAttention()(q, k, v, lens),
+        "flash_attention": lambda lens: flash.flash_attention(q, k, v, lens),
+        "flash_attention(valid_lens=)": lambda lens: flash.flash_attention(q, k, v,
+                                                                           valid_lens=lens),
+        "MultiHeadAttention": lambda lens: mha(q, k, v, lens),
+        "GroupedQueryAttention": lambda lens: gqa(q, k, v, lens),
+    }
+
+
+@pytest.mark.parametrize("form", ["tensor", "int32", "list", "tuple", "per-query", "nested list"])
+def test_one_valid_lens_convention(form):
+    """Every caller takes the same forms of valid_lens, positional or by name, and means the
+    same by them: (B,) or (B, Q) integers, as a tensor of any integer dtype or a sequence."""
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(2, n, 8, generator=g, dtype=torch.float64) for n in (3, 5, 5))
+    per_seq, per_query = [2, 5], [[1, 2, 3], [5, 0, 4]]
+    lens = {"tensor": torch.tensor(per_seq), "int32": torch.tensor(per_seq, dtype=torch.int32),
+            "list": per_seq, "tuple": tuple(per_seq), "per-query": torch.tensor(per_query),
+            "nested list": per_query}[form]
+    as_tensor = torch.as_tensor(lens, dtype=torch.long)
+    for name, call in _valid_lens_callers(q, k, v).items():
+        torch.testing.assert_close(call(lens), call(as_tensor), rtol=0, atol=0, msg=name)
+    # the same meaning as a boolean mask, True = may attend (DotProductAttention vs SDPA)
+    mask = valid_lens_to_mask(as_tensor, 3, 5)  # (B, 1|Q, K)
+    rows = mask.any(-1, keepdim=True)
+    expected = torch.where(rows, F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask | ~rows), 0.0)
+    torch.testing.assert_close(DotProductAttention()(q, k, v, lens), expected)
+    torch.testing.assert_close(flash.flash_attention(q, k, v, lens), expected)
+
+
+@pytest.mark.parametrize("lens", [3, torch.tensor([[2], [4]]),
+                                  torch.ones(2, 2, 3, dtype=torch.long),
+                                  torch.tensor([1, 2, 3]), torch.tensor([2.0, 4.0])])
+def test_the_same_valid_lens_mistake_gets_the_same_message_everywhere(lens):
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(2, n, 8, generator=g) for n in (3, 4, 4))
+    messages = set()
+    for name, call in _valid_lens_callers(q, k, v).items():
+        with pytest.raises(ValueError) as info:
+            call(lens)
+        messages.add(str(info.value))
+    assert len(messages) == 1, messages
+    assert messages.pop().startswith("valid_lens must have")
 
 
 def test_same_message_for_the_same_mistake_everywhere():

@@ -28,8 +28,8 @@ def assert_same_grads(out, ref, ours_inputs, ref_inputs):
     d_out = randn(*out.shape, seed=9, dtype=out.dtype)
     for a, b in zip(torch.autograd.grad(out, ours_inputs, d_out, allow_unused=True),
                     torch.autograd.grad(ref, ref_inputs, d_out, allow_unused=True)):
-        a = torch.zeros(()) if a is None else a
-        b = torch.zeros(()) if b is None else b
+        a = torch.zeros((), dtype=out.dtype) if a is None else a  # unused: zero gradient
+        b = torch.zeros((), dtype=ref.dtype) if b is None else b
         torch.testing.assert_close(a.expand_as(b) if a.dim() == 0 else a,
                                    b.expand_as(a) if b.dim() == 0 else b)
 
@@ -92,6 +92,34 @@ def test_multi_head_attention_with_empty_axes_matches_nn_multiheadattention(dtyp
         b = torch.zeros_like(a) if b is None and a is not None else b
         if a is not None:
             torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("B,Q,K", [(0, 5, 5), (2, 0, 5), (2, 5, 0), (0, 0, 0)])
+def test_grouped_query_attention_with_fewer_kv_heads_and_empty_axes_matches_sdpa(dtype, B, Q,
+                                                                                 K):
+    """g = 2 key/value heads for h = 4: nn.MultiheadAttention has no such layer, so the oracle
+    is PyTorch's own pieces with our weights: F.linear, SDPA with enable_gqa, F.linear."""
+    torch.manual_seed(0)
+    ours = GroupedQueryAttention(16, 4, 2, bias=True).to(dtype)
+    q = randn(B, Q, 16, dtype=dtype, requires_grad=True)
+    kv = randn(B, K, 16, seed=1, dtype=dtype, requires_grad=True)
+    out = ours(q, kv, kv)
+
+    def heads(x, n):  # (B, T, n * 4) -> (B, n, T, 4)
+        return x.reshape(x.shape[0], x.shape[1], n, 4).transpose(1, 2)
+
+    attn = F.scaled_dot_product_attention(
+        heads(F.linear(q, ours.W_q.weight, ours.W_q.bias), 4),
+        heads(F.linear(kv, ours.W_k.weight, ours.W_k.bias), 2),
+        heads(F.linear(kv, ours.W_v.weight, ours.W_v.bias), 2), enable_gqa=True)
+    ref = F.linear(attn.transpose(1, 2).reshape(B, Q, 16), ours.W_o.weight, ours.W_o.bias)
+    if K == 0:  # SDPA: NaN for a query with no key; the book (and nn.MultiheadAttention's
+        ref = F.linear(torch.zeros_like(attn.transpose(1, 2).reshape(B, Q, 16)),  # rule): 0
+                       ours.W_o.weight, ours.W_o.bias)
+    assert out.shape == ref.shape == (B, Q, 16)
+    torch.testing.assert_close(out, ref)
+    assert_same_grads(out, ref, (q, kv, ours.W_q.weight), (q, kv, ours.W_q.weight))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -3,6 +3,8 @@ the zero-total-weight rule, bad input, and the learnable version."""
 
 import math
 
+import warnings
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -88,7 +90,8 @@ def test_kernels_do_not_modify_their_input():
 @pytest.mark.parametrize("sigma", [0.3, 1.0, 2.5])
 def test_matches_reference(name, sigma):
     x_train, y_train, x_query = toy_data(0, 12, (-1, 6, 15))
-    y_hat, w = nadaraya_watson(x_train, y_train, x_query, kernel=name, bandwidth=sigma)
+    y_hat, w = nadaraya_watson(x_query=x_query, x_train=x_train, y_train=y_train, kernel=name,
+                               bandwidth=sigma)
     y_ref, w_ref = reference_nw(x_train, y_train, x_query, SCALAR_KERNELS[name], sigma)
     assert y_hat.shape == (15,) and w.shape == (15, 12)
     torch.testing.assert_close(w, w_ref)
@@ -108,7 +111,8 @@ def test_rows_sum_to_one_or_zero_and_are_nonnegative(n, m, sigma, name, seed):
     x_train = torch.rand(n, generator=g, dtype=F64) * 10
     y_train = torch.randn(n, generator=g, dtype=F64)
     x_query = torch.rand(m, generator=g, dtype=F64) * 12 - 1
-    y_hat, w = nadaraya_watson(x_train, y_train, x_query, kernel=name, bandwidth=sigma)
+    y_hat, w = nadaraya_watson(x_query=x_query, x_train=x_train, y_train=y_train, kernel=name,
+                               bandwidth=sigma)
     assert torch.all(w >= 0) and torch.all(torch.isfinite(y_hat))
     sums = w.sum(-1)
     if name in ("gaussian", "constant"):
@@ -126,7 +130,8 @@ def test_rows_sum_to_one_or_zero_and_are_nonnegative(n, m, sigma, name, seed):
 def test_gaussian_weights_are_a_softmax_of_scaled_squared_distances():
     x_train, y_train, x_query = toy_data(1, 30, (0, 5, 11))
     sigma = 0.7
-    _, w = nadaraya_watson(x_train, y_train, x_query, "gaussian", sigma)
+    _, w = nadaraya_watson(x_query=x_query, x_train=x_train, y_train=y_train, kernel="gaussian",
+                           bandwidth=sigma)
     scores = -((x_query[:, None] - x_train[None, :]) ** 2) / (2 * sigma**2)
     torch.testing.assert_close(w, torch.softmax(scores, dim=-1))
     torch.testing.assert_close(w, masked_softmax(scores))
@@ -137,8 +142,8 @@ def test_gaussian_weights_are_a_softmax_of_scaled_squared_distances():
 def test_constant_kernel_gives_the_plain_average():
     x_train = torch.tensor([0.0, 1.0, 5.0], dtype=F64)
     y_train = torch.tensor([1.0, 2.0, 6.0], dtype=F64)
-    y_hat, w = nadaraya_watson(x_train, y_train, torch.tensor([-100.0, 0.5, 100.0], dtype=F64),
-                               kernel="constant", bandwidth=0.1)
+    y_hat, w = nadaraya_watson(x_query=torch.tensor([-100.0, 0.5, 100.0], dtype=F64),
+                               x_train=x_train, y_train=y_train, kernel="constant", bandwidth=0.1)
     torch.testing.assert_close(y_hat, torch.full((3,), 3.0, dtype=F64))
     torch.testing.assert_close(w, torch.full((3, 3), 1 / 3, dtype=F64))
 
@@ -149,8 +154,10 @@ def test_rescaling_x_and_bandwidth_together_changes_nothing():
     y_train = torch.randn(10, generator=g, dtype=F64)
     x_query = torch.rand(4, generator=g, dtype=F64)
     for name in KERNELS:
-        a = nadaraya_watson(x_train, y_train, x_query, name, 0.3)
-        b = nadaraya_watson(4 * x_train, y_train, 4 * x_query, name, 1.2)
+        a = nadaraya_watson(x_query=x_query, x_train=x_train, y_train=y_train, kernel=name,
+                            bandwidth=0.3)
+        b = nadaraya_watson(x_query=4 * x_query, x_train=4 * x_train, y_train=y_train,
+                            kernel=name, bandwidth=1.2)
         torch.testing.assert_close(a, b)
 
 
@@ -159,7 +166,8 @@ def test_zero_total_weight_gives_a_zero_row_and_zero_prediction(name):
     x_train = torch.tensor([0.0, 0.5, 1.0], dtype=F64)
     y_train = torch.tensor([3.0, 4.0, 5.0], dtype=F64)
     x_query = torch.tensor([0.5, 10.0], dtype=F64)  # the second query is far from every key
-    y_hat, w = nadaraya_watson(x_train, y_train, x_query, kernel=name, bandwidth=1.0)
+    y_hat, w = nadaraya_watson(x_query=x_query, x_train=x_train, y_train=y_train, kernel=name,
+                               bandwidth=1.0)
     assert torch.equal(w[1], torch.zeros(3, dtype=F64))
     assert y_hat[1].item() == 0.0
     torch.testing.assert_close(w[0].sum(), torch.tensor(1.0, dtype=F64))
@@ -169,7 +177,8 @@ def test_zero_total_weight_gives_a_zero_row_and_zero_prediction(name):
 def test_gaussian_never_underflows_to_an_empty_row():
     x_train = torch.tensor([0.0, 1.0], dtype=F64)
     y_train = torch.tensor([2.0, 7.0], dtype=F64)
-    y_hat, w = nadaraya_watson(x_train, y_train, torch.tensor([1000.0], dtype=F64), "gaussian", 0.01)
+    y_hat, w = nadaraya_watson(x_query=torch.tensor([1000.0], dtype=F64), x_train=x_train,
+                               y_train=y_train, kernel="gaussian", bandwidth=0.01)
     # exp(-0.5 * (1e5)^2) underflows, but the softmax still gives the nearest key weight 1
     assert w.tolist() == [[0.0, 1.0]] and y_hat.item() == 7.0
 
@@ -180,7 +189,8 @@ def test_inputs_are_left_unmodified():
     x_query = torch.tensor([0.5, 3.0])
     copies = [t.clone() for t in (x_train, y_train, x_query)]
     for name in KERNELS:
-        nadaraya_watson(x_train, y_train, x_query, name, 0.8)
+        nadaraya_watson(x_query=x_query, x_train=x_train, y_train=y_train, kernel=name,
+                        bandwidth=0.8)
     for t, c in zip((x_train, y_train, x_query), copies):
         assert torch.equal(t, c)
 
@@ -189,14 +199,14 @@ def test_inputs_are_left_unmodified():
 def test_bad_bandwidth_raises(bandwidth):
     x = torch.tensor([0.0, 1.0])
     with pytest.raises(ValueError, match="bandwidth"):
-        nadaraya_watson(x, x, x, bandwidth=bandwidth)
+        nadaraya_watson(x_query=x, x_train=x, y_train=x, bandwidth=bandwidth)
 
 
 def test_bandwidth_may_be_an_int_or_a_0d_tensor():
     x = torch.tensor([0.0, 1.0, 3.0])
-    a = nadaraya_watson(x, x, x, bandwidth=2)
-    b = nadaraya_watson(x, x, x, bandwidth=torch.tensor(2.0))
-    c = nadaraya_watson(x, x, x, bandwidth=2.0)
+    a = nadaraya_watson(x_query=x, x_train=x, y_train=x, bandwidth=2)
+    b = nadaraya_watson(x_query=x, x_train=x, y_train=x, bandwidth=torch.tensor(2.0))
+    c = nadaraya_watson(x_query=x, x_train=x, y_train=x, bandwidth=2.0)
     torch.testing.assert_close(a, c)
     torch.testing.assert_close(b, c)
 
@@ -213,15 +223,79 @@ def test_bandwidth_may_be_an_int_or_a_0d_tensor():
     ],
 )
 def test_bad_inputs_raise(args, match):
+    x_train, y_train, x_query = args
     with pytest.raises(ValueError, match=match):
-        nadaraya_watson(*args)
+        nadaraya_watson(x_query=x_query, x_train=x_train, y_train=y_train)
+
+
+@pytest.mark.parametrize("missing", ["x_query", "x_train", "y_train"])
+def test_a_missing_tensor_is_named(missing):
+    tensors = {"x_query": torch.zeros(2), "x_train": torch.zeros(3), "y_train": torch.zeros(3)}
+    del tensors[missing]
+    with pytest.raises(ValueError, match=f"{missing} must be a 1-D floating-point tensor"):
+        nadaraya_watson(**tensors)
+
+
+# --- one argument order: by name; the old positional order deprecated ---------------------
+
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+def test_old_positional_order_still_works_with_a_deprecation_warning(dtype):
+    x_train, y_train, x_query = (t.to(dtype) for t in toy_data(5, 30, (-1, 6, 12)))
+    expected = nadaraya_watson(x_query=x_query, x_train=x_train, y_train=y_train,
+                               kernel="epanechnikov", bandwidth=0.7)
+    for call in (lambda: nadaraya_watson(x_train, y_train, x_query, "epanechnikov", 0.7),
+                 lambda: nadaraya_watson(x_train, y_train, x_query, kernel="epanechnikov",
+                                         bandwidth=0.7),
+                 lambda: nadaraya_watson(x_train, y_train, x_query=x_query,
+                                         kernel="epanechnikov", bandwidth=0.7)):
+        with pytest.warns(DeprecationWarning, match=r"x_query=\.\.\., x_train=\.\.\."):
+            y_hat, w = call()
+        assert torch.equal(y_hat, expected[0]) and torch.equal(w, expected[1])
+        assert y_hat.dtype == dtype
+
+
+def test_the_keyword_form_warns_nothing_and_takes_any_order():
+    x_train, y_train, x_query = toy_data(6, 20, (1, 4, 3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        a = nadaraya_watson(x_query=x_query, x_train=x_train, y_train=y_train)
+        b = nadaraya_watson(y_train=y_train, x_train=x_train, x_query=x_query)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+def test_the_function_and_the_layer_agree_with_queries_first():
+    """The layer takes (x_query, x_train, y_train) by position; the function takes the same
+    names; with w = 1 / sigma they compute the same weights."""
+    x_train, y_train, x_query = (t.double() for t in toy_data(7, 25, (0, 5, 9)))
+    sigma = 0.4
+    layer = NadarayaWatsonRegression(w=1 / sigma).double()
+    by_position = layer(x_query, x_train, y_train)
+    by_name = layer(x_query=x_query, x_train=x_train, y_train=y_train)
+    y_fn, w_fn = nadaraya_watson(x_query=x_query, x_train=x_train, y_train=y_train,
+                                 bandwidth=sigma)
+    torch.testing.assert_close(by_position, by_name, rtol=0, atol=0)
+    torch.testing.assert_close(by_position, y_fn, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(layer.attention_weights, w_fn, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda x: nadaraya_watson(x, x, x, x_query=x), "x_query both by position and by name"),
+    (lambda x: nadaraya_watson(x, x, x, "boxcar", kernel="boxcar"), "kernel both"),
+    (lambda x: nadaraya_watson(x, x, x, "boxcar", 1.0, bandwidth=1.0), "bandwidth both"),
+    (lambda x: nadaraya_watson(x, x, x, "boxcar", 1.0, 2), "at most 5 positional"),
+])
+def test_old_form_conflicts_raise_type_error(call, match):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        with pytest.raises(TypeError, match=match):
+            call(torch.tensor([0.0, 1.0]))
 
 
 @pytest.mark.parametrize("kernel", ["triangle", "Gaussian", None])
 def test_unknown_kernel_raises(kernel):
     x = torch.tensor([0.0, 1.0])
     with pytest.raises(ValueError, match="kernel"):
-        nadaraya_watson(x, x, x, kernel=kernel)
+        nadaraya_watson(x_query=x, x_train=x, y_train=x, kernel=kernel)
 
 
 # --- NadarayaWatsonRegression --------------------------------------------------------------
@@ -231,11 +305,13 @@ def test_learnable_w_is_the_inverse_bandwidth():
     sigma = 0.4
     model = NadarayaWatsonRegression(w=1 / sigma).double()
     y_hat = model(x_query, x_train, y_train)
-    y_ref, w_ref = nadaraya_watson(x_train, y_train, x_query, "gaussian", sigma)
+    y_ref, w_ref = nadaraya_watson(x_query=x_query, x_train=x_train, y_train=y_train,
+                                   kernel="gaussian", bandwidth=sigma)
     torch.testing.assert_close(y_hat, y_ref)
     torch.testing.assert_close(model.attention_weights, w_ref)
     # reading w as the standard deviation would give different weights
-    _, w_wrong = nadaraya_watson(x_train, y_train, x_query, "gaussian", 1 / sigma)
+    _, w_wrong = nadaraya_watson(x_query=x_query, x_train=x_train, y_train=y_train,
+                                 kernel="gaussian", bandwidth=1 / sigma)
     assert (model.attention_weights - w_wrong).abs().max() > 0.1
 
 
@@ -282,7 +358,8 @@ def test_leave_one_out_mask_zeroes_the_diagonal():
     # each prediction equals the plain estimator fitted on the other five points
     for i in range(6):
         keep = torch.arange(6) != i
-        ref, _ = nadaraya_watson(x[keep], y[keep], x[i : i + 1], "gaussian", 1 / 3)
+        ref, _ = nadaraya_watson(x_query=x[i : i + 1], x_train=x[keep], y_train=y[keep],
+                                 kernel="gaussian", bandwidth=1 / 3)
         torch.testing.assert_close(y_hat[i : i + 1], ref)
 
 

@@ -122,9 +122,10 @@ def test_list_valid_lens_accepted():
 @pytest.mark.parametrize(
     "lens, match",
     [
-        (torch.tensor([1, 2, 3]), "B = X.shape"),  # wrong batch size
-        (torch.tensor([[1, 2], [1, 2]]), r"\(B, Q\).*Q = number of queries"),  # wrong Q
-        (torch.tensor([[[1]], [[2]]]), r"shape \(B,\) or \(B, Q\)"),  # 3-D
+        # the shapes it takes, with B = X.shape[0] and Q = X.shape[-2], and the shape it got
+        (torch.tensor([1, 2, 3]), r"\(B,\) = \(2,\) or \(B, Q\) = \(2, 3\), got shape \(3,\)"),
+        (torch.tensor([[1, 2], [1, 2]]), r"\(B, Q\) = \(2, 3\), got shape \(2, 2\)"),
+        (torch.tensor([[[1]], [[2]]]), r"got shape \(2, 1, 1\)"),  # 3-D
         (torch.tensor([1, 5]), r"\[0, 4\]"),  # > K
         (torch.tensor([-1, 2]), r"\[0, 4\]"),  # < 0
         (torch.tensor([1.0, 2.0]), "integer dtype"),  # float

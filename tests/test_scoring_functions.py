@@ -113,7 +113,9 @@ def test_gaussian_scores_softmax_is_nadaraya_watson_for_scalars():
     g = torch.Generator().manual_seed(3)
     x_train = torch.rand(7, generator=g, dtype=torch.float64) * 5
     x_query = torch.linspace(0, 5, 4, dtype=torch.float64)
-    _, expected = nadaraya_watson(x_train, torch.zeros_like(x_train), x_query, "gaussian", 0.7)
+    _, expected = nadaraya_watson(x_query=x_query, x_train=x_train,
+                                  y_train=torch.zeros_like(x_train), kernel="gaussian",
+                                  bandwidth=0.7)
     scores = gaussian_scores(x_query[None, :, None], x_train[None, :, None], bandwidth=0.7)
     torch.testing.assert_close(torch.softmax(scores, -1)[0], expected, rtol=1e-12, atol=1e-12)
 

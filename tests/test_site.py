@@ -42,6 +42,7 @@ from typing import Dict, Iterator, List, Set
 from urllib.parse import urlsplit
 
 import pytest
+from book_helpers import book_tool, toc_pages
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_SITE = ROOT / "_build" / "html"
@@ -540,15 +541,6 @@ ZH = "zh/"
 CJK_CHAR = "[\u2e80-\u9fff\uf900-\ufaff\uff00-\uffef]"
 
 
-def _book_tool():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("d2lattn_book_tool", ROOT / "tools" / "book.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 class _LanguageLinks(html.parser.HTMLParser):
     """The page's language, its switcher link(s) and its rel=alternate links."""
 
@@ -625,7 +617,7 @@ def test_cjk_font_covers_every_character_of_the_site(site):
     search index), so Chinese renders on a machine with no CJK font installed."""
     from fontTools.ttLib import TTFont
 
-    tool = _book_tool()
+    tool = book_tool()
     font_file = site / "_static" / "fonts" / tool.FONT_FILE.name
     assert font_file.is_file(), f"{font_file} missing: is html_static_path copying fonts/?"
     assert font_file.read_bytes() == tool.FONT_FILE.read_bytes(), "the site's font is stale"
@@ -931,22 +923,7 @@ def test_search_puts_the_chapter_that_uses_a_word_most_first(site, base_url, bro
 
 def _toc_pages() -> Set[str]:
     """Every page the table of contents lists, as .html paths."""
-    import yaml
-
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
-    pages = {toc["root"]}
-
-    def walk(entries):
-        for entry in entries or []:
-            if "file" in entry:
-                pages.add(entry["file"])
-            walk(entry.get("chapters"))
-            walk(entry.get("sections"))
-
-    for part in toc.get("parts", []):
-        walk(part.get("chapters"))
-    walk(toc.get("chapters"))
-    return {f"{p}.html" for p in pages}
+    return {f"{p}.html" for p in toc_pages()}
 
 
 def test_the_site_has_exactly_the_books_pages(site):
