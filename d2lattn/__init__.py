@@ -26,7 +26,9 @@ One module per idea, following the three steps of attention (score, normalize, p
 - :mod:`d2lattn.text` — two real corpora (tiny Shakespeare, Tang poems), fixed splits,
   characters as tokens;
 - :mod:`d2lattn.gpt` — a decoder-only Transformer language model, sampling filters, training;
-- :mod:`d2lattn.ngram` — character n-gram models with interpolated Kneser–Ney smoothing.
+- :mod:`d2lattn.ngram` — character n-gram models with interpolated Kneser–Ney smoothing;
+- :mod:`d2lattn.serving` — the KV cache at serving time: bytes per token, multi-head latent
+  attention, a paged cache, StreamingLLM's sinks, rotary scaling past the trained context.
 
 The public names are each module's ``__all__``, re-exported here: ``d2lattn.X`` is the ``X``
 of the module that defines it. Importing the package has no side effects (matplotlib is loaded
@@ -48,6 +50,7 @@ from . import (
     positional,
     scoring,
     seq2seq,
+    serving,
     text,
     transformer,
     vision,
@@ -66,6 +69,7 @@ from .plotting import *  # noqa: F401,F403
 from .positional import *  # noqa: F401,F403
 from .scoring import *  # noqa: F401,F403
 from .seq2seq import *  # noqa: F401,F403
+from .serving import *  # noqa: F401,F403
 from .text import *  # noqa: F401,F403
 from .transformer import *  # noqa: F401,F403
 from .vision import *  # noqa: F401,F403
@@ -73,7 +77,8 @@ from .vision import *  # noqa: F401,F403
 __version__ = "0.1.0"
 
 _MODULES = (circuits, data, diagnostics, flash, gpt, interactive, kernel_regression, masking,
-            multihead, ngram, plotting, positional, scoring, seq2seq, text, transformer, vision)
+            multihead, ngram, plotting, positional, scoring, seq2seq, serving, text, transformer,
+            vision)
 __all__ = sorted(name for module in _MODULES for name in module.__all__)
 
 #: Names that were public here and are no longer, with where they went (one release).

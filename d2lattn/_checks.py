@@ -745,3 +745,54 @@ def check_slopes(slopes: object, num_heads: int) -> None:
         raise ValueError(f"slopes must be a float tensor of shape (H,) = ({num_heads},), got "
                          + (f"shape {tuple(slopes.shape)} of dtype {slopes.dtype}"
                             if isinstance(slopes, Tensor) else type(slopes).__name__))
+
+# --- serving (d2lattn.serving) ------------------------------------------------------------------
+
+ROPE_SCALINGS = ("none", "interpolation", "ntk", "yarn")
+
+
+def check_rope_scaling(method: object, factor: object, original_context: object) -> None:
+    """Raise ``ValueError`` unless ``method`` is a known rotary scaling, ``factor >= 1`` a
+    number, and ``original_context`` a positive integer where YaRN needs it."""
+    if method not in ROPE_SCALINGS:
+        raise ValueError(f"method must be one of {ROPE_SCALINGS}, got {method!r}")
+    if not _is_number(factor) or not factor >= 1 or not math.isfinite(factor):  # type: ignore
+        raise ValueError(f"factor must be a finite number >= 1, got {factor!r}")
+    if method == "yarn":
+        check_positive_ints(original_context=original_context)
+
+
+def check_streaming(window: object, num_sinks: object) -> None:
+    """``window``: ``None`` or a positive integer; ``num_sinks``: an integer ``>= 0``, and
+    sinks only with a window (a full cache keeps every token anyway)."""
+    if window is not None:
+        check_positive_ints(window=window)
+    check_non_negative_ints(num_sinks=num_sinks)
+    if window is None and num_sinks:
+        raise ValueError(f"num_sinks = {num_sinks} needs a window (a full cache keeps all)")
+
+
+def check_lengths_list(lengths: object, name: str = "lengths") -> Tuple[int, ...]:
+    """A non-empty sequence of non-negative integers (tokens per request), as a tuple."""
+    if isinstance(lengths, Tensor):
+        lengths = lengths.tolist()
+    if (not isinstance(lengths, (list, tuple)) or not lengths
+            or not all(_is_int(n) and n >= 0 for n in lengths)):  # type: ignore[operator]
+        raise ValueError(f"{name} must be a non-empty sequence of integers >= 0, got {lengths!r}")
+    return tuple(int(n) for n in lengths)  # type: ignore[arg-type]
+
+
+def check_paged_chunk(keys: object, values: object, num_heads: int, head_size: int,
+                      dtype: torch.dtype) -> None:
+    """New keys and values for a :class:`~d2lattn.serving.PagedKVCache`: two tensors of shape
+    ``(num_heads, T_new, head_size)`` and the cache's dtype."""
+    for name, t in (("keys", keys), ("values", values)):
+        if (not isinstance(t, Tensor) or t.dim() != 3 or t.shape[0] != num_heads
+                or t.shape[2] != head_size):
+            raise ValueError(f"{name} must have shape (num_heads = {num_heads}, T_new, "
+                             f"head_size = {head_size}), got {_describe(t)}")
+        if t.dtype != dtype:
+            raise ValueError(f"{name} must have the cache's dtype {dtype}, got {t.dtype}")
+    if keys.shape != values.shape:  # type: ignore[union-attr]
+        raise ValueError(f"keys {tuple(keys.shape)} and values "  # type: ignore[union-attr]
+                         f"{tuple(values.shape)} must have one shape")  # type: ignore

@@ -1,0 +1,594 @@
+"""Attention at serving time: what the KV cache costs, and four ways to pay less.
+
+- **Bytes per token** of the cache: :func:`kv_cache_bytes` (multi-head, grouped-query,
+  multi-query and sliding-window attention) and :func:`mla_cache_bytes` (multi-head latent
+  attention).
+- **Multi-head latent attention** (:class:`MultiHeadLatentAttention`, DeepSeek-V2): one shared
+  low-rank latent and one small rotary key per token are cached; the up-projections can be
+  absorbed into the query and output projections (``absorbed=True``), the same function.
+- **A paged cache** (:class:`PagedKVCache`, vLLM): fixed-size blocks and a block table per
+  sequence; :func:`contiguous_waste` and :func:`paged_waste` count the slots each layout wastes.
+- **Long streams and long contexts** for a rotary :class:`~d2lattn.GPT`: :func:`gpt_logits`
+  runs it with a full cache, a sliding window, or StreamingLLM's sinks plus a window, and with
+  rotary frequencies scaled by :func:`rope_frequencies` (position interpolation, NTK-aware,
+  YaRN) past the context it was trained on.
+
+Sources: Kwon et al. (2023), "Efficient Memory Management for Large Language Model Serving
+with PagedAttention"; DeepSeek-AI (2024), "DeepSeek-V2", section 2.1; Xiao et al. (2024),
+"Efficient Streaming Language Models with Attention Sinks"; Chen et al. (2023), "Extending
+Context Window of Large Language Models via Positional Interpolation"; Peng et al. (2023),
+"YaRN: Efficient Context Window Extension of Large Language Models"; book chapter 15.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Dict, List, Optional, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from ._checks import (check_bool, check_hidden_states, check_lengths_list, check_paged_chunk,
+                      check_positive_ints, check_rope_scaling, check_streaming, check_tokens)
+from .multihead import merge_heads, split_heads
+from .transformer import KVCache
+
+__all__ = ["MultiHeadLatentAttention", "PagedKVCache", "contiguous_waste", "gpt_logits",
+           "kv_cache_bytes", "mla_cache_bytes", "paged_waste", "rope_attention_scale",
+           "rope_frequencies", "rotate_pairs"]
+
+
+# --- bytes per token ----------------------------------------------------------------------------
+
+def kv_cache_bytes(*, num_layers: int, num_kv_heads: int, head_size: int, seq_len: int,
+                   batch_size: int = 1, bytes_per_value: int = 2,
+                   window: Optional[int] = None) -> int:
+    r"""Bytes of the keys and values a decoder caches.
+
+    .. math:: \text{bytes} = 2 \cdot B \cdot L \cdot g \cdot d_h \cdot \min(T, W) \cdot b
+
+    (a key and a value per token, layer and key/value head). Multi-head attention has
+    ``g = h`` key/value heads, grouped-query attention ``1 < g < h``, multi-query attention
+    ``g = 1``; a sliding window of ``W`` tokens keeps only the last ``W`` (``window=None``:
+    all ``T``).
+
+    Args (keyword-only, positive integers):
+        num_layers: L. num_kv_heads: g. head_size: d_h. seq_len: T, tokens per sequence.
+        batch_size: B. bytes_per_value: b (2 for float16/bfloat16, 4 for float32).
+        window: ``None`` or W.
+
+    Returns:
+        an ``int``, bytes.
+
+    Raises:
+        ValueError: an argument that is not a positive integer.
+
+    Example:
+        >>> kv_cache_bytes(num_layers=4, num_kv_heads=4, head_size=32, seq_len=1)
+        2048
+
+    Source: Shazeer (2019), "Fast Transformer Decoding: One Write-Head is All You Need" (MQA);
+    Ainslie et al. (2023), "GQA"; Beltagy et al. (2020), "Longformer" (sliding window).
+    """
+    check_positive_ints(num_layers=num_layers, num_kv_heads=num_kv_heads, head_size=head_size,
+                        seq_len=seq_len, batch_size=batch_size, bytes_per_value=bytes_per_value)
+    if window is not None:
+        check_positive_ints(window=window)
+    kept = seq_len if window is None else min(seq_len, window)
+    return 2 * batch_size * num_layers * num_kv_heads * head_size * kept * bytes_per_value
+
+
+def mla_cache_bytes(*, num_layers: int, latent_size: int, rope_head_size: int, seq_len: int,
+                    batch_size: int = 1, bytes_per_value: int = 2) -> int:
+    r"""Bytes of the cache of multi-head latent attention.
+
+    .. math:: \text{bytes} = B \cdot L \cdot (d_c + d_h^R) \cdot T \cdot b
+
+    One latent :math:`c^{KV}_t \in \mathbb R^{d_c}` and one rotary key
+    :math:`k^R_t \in \mathbb R^{d_h^R}` per token and layer, shared by all heads.
+
+    Args (keyword-only, positive integers):
+        num_layers: L. latent_size: d_c. rope_head_size: d_h^R. seq_len: T. batch_size: B.
+        bytes_per_value: b.
+
+    Returns:
+        an ``int``, bytes.
+
+    Raises:
+        ValueError: an argument that is not a positive integer.
+
+    Example:
+        >>> mla_cache_bytes(num_layers=60, latent_size=512, rope_head_size=64, seq_len=1)
+        69120
+
+    Source: DeepSeek-AI (2024), "DeepSeek-V2", section 2.1.4 and table 1.
+    """
+    check_positive_ints(num_layers=num_layers, latent_size=latent_size,
+                        rope_head_size=rope_head_size, seq_len=seq_len, batch_size=batch_size,
+                        bytes_per_value=bytes_per_value)
+    return batch_size * num_layers * (latent_size + rope_head_size) * seq_len * bytes_per_value
+
+
+# --- rotary frequencies, scaled -----------------------------------------------------------------
+
+def rope_frequencies(head_size: int, *, base: float = 10000.0, method: str = "none",
+                     factor: float = 1.0, original_context: Optional[int] = None,
+                     alpha: float = 1.0, beta: float = 32.0) -> Tensor:
+    r"""The rotary frequencies :math:`\omega_i`, ``i = 0 .. d/2 - 1``, optionally scaled to
+    stretch a model trained on ``original_context`` positions by ``factor`` = s.
+
+    - ``"none"``: :math:`\omega_i = \mathrm{base}^{-2i/d}` (as
+      :func:`~d2lattn.positional.rotary_embedding`);
+    - ``"interpolation"``: :math:`\omega_i / s`, i.e. position ``m`` is read as ``m / s``
+      (Chen et al. 2023, eq. 4): every angle stays inside the trained range;
+    - ``"ntk"``: the base raised to :math:`\mathrm{base}\, s^{d/(d-2)}` ("NTK-aware"): the
+      highest frequency is kept, the lowest divided by ``s`` (Peng et al. 2023, section 3.1);
+    - ``"yarn"``: "NTK-by-parts": with :math:`r_i = L / (2\pi/\omega_i)` the number of turns
+      frequency ``i`` makes over the trained context ``L``,
+      :math:`\gamma_i = \mathrm{clip}((r_i - \alpha)/(\beta - \alpha), 0, 1)` and
+      :math:`\omega'_i = (1-\gamma_i)\,\omega_i / s + \gamma_i\, \omega_i`: fast frequencies
+      kept, slow ones interpolated (Peng et al. 2023, eq. 18-19); pair it with
+      :func:`rope_attention_scale`.
+
+    Args:
+        head_size: d, even. base, method, factor (``>= 1``), original_context (L, needed by
+        ``"yarn"``), alpha, beta: keyword-only, as above.
+
+    Returns:
+        ``(d/2,)`` float64 frequencies in radians per position.
+
+    Raises:
+        ValueError: an odd or non-positive ``head_size``, an unknown ``method``, ``factor < 1``,
+            ``"yarn"`` without ``original_context``, ``beta <= alpha``.
+
+    Example:
+        >>> rope_frequencies(4, base=100.0)
+        tensor([1.0000, 0.1000], dtype=torch.float64)
+        >>> rope_frequencies(4, base=100.0, method="interpolation", factor=2)
+        tensor([0.5000, 0.0500], dtype=torch.float64)
+    """
+    check_positive_ints(head_size=head_size)
+    if head_size % 2:
+        raise ValueError(f"head_size must be even (feature pairs are rotated), got {head_size}")
+    if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 1:
+        raise ValueError(f"base must be a number > 1, got {base!r}")
+    check_rope_scaling(method, factor, original_context)
+    if not beta > alpha:
+        raise ValueError(f"beta must exceed alpha, got alpha={alpha!r}, beta={beta!r}")
+    d = head_size
+    exponent = torch.arange(0, d, 2, dtype=torch.float64) / d  # (d/2,)
+    if method == "ntk":
+        return (base * factor ** (d / (d - 2)) if d > 2 else base) ** -exponent
+    omega = float(base) ** -exponent
+    if method == "interpolation":
+        return omega / factor
+    if method == "yarn":
+        turns = original_context * omega / (2 * math.pi)  # r_i
+        gamma = ((turns - alpha) / (beta - alpha)).clamp(0.0, 1.0)
+        return (1 - gamma) * omega / factor + gamma * omega
+    return omega
+
+
+def rope_attention_scale(method: str, factor: float) -> float:
+    r"""YaRN's temperature: queries and keys are both multiplied by
+    :math:`\sqrt{1/t} = 0.1 \ln s + 1` (Peng et al. 2023, eq. 22), so the logits by its square;
+    ``1.0`` for every other method.
+
+    Example:
+        >>> round(rope_attention_scale("yarn", 4), 4), rope_attention_scale("ntk", 4)
+        (1.1386, 1.0)
+    """
+    check_rope_scaling(method, factor, 1)
+    return 0.1 * math.log(factor) + 1.0 if method == "yarn" else 1.0
+
+
+def rotate_pairs(X: Tensor, positions: Tensor, omega: Tensor) -> Tensor:
+    r"""Rotate feature pair ``(2i, 2i+1)`` of the row at position ``m`` by ``m * omega[i]``:
+    :func:`~d2lattn.positional.rotary_embedding` with the frequencies given.
+
+    Args:
+        X: ``(..., T, d)`` float, ``d`` even. positions: ``(T,)`` numbers.
+        omega: ``(d/2,)`` frequencies (:func:`rope_frequencies`).
+
+    Returns:
+        a new tensor of the shape and dtype of ``X``.
+
+    Raises:
+        ValueError: mismatched shapes, ``X`` not floating point.
+    """
+    if not isinstance(X, Tensor) or not X.is_floating_point() or X.dim() < 2:
+        raise ValueError("X must be a floating-point tensor of shape (..., T, d)")
+    T, d = X.shape[-2:]
+    if not isinstance(positions, Tensor) or tuple(positions.shape) != (T,):
+        raise ValueError(f"positions must be a tensor of shape (T,) = ({T},)")
+    if not isinstance(omega, Tensor) or tuple(omega.shape) != (d // 2,) or d % 2:
+        raise ValueError(f"omega must have shape (d/2,) = ({d // 2},) for an even d = {d}")
+    angles = positions.to(torch.float64)[:, None] * omega.to(torch.float64)  # (T, d/2)
+    cos, sin = angles.cos().to(X.dtype), angles.sin().to(X.dtype)
+    x_even, x_odd = X[..., 0::2], X[..., 1::2]  # (..., T, d/2)
+    out = torch.empty_like(X)
+    out[..., 0::2] = x_even * cos - x_odd * sin
+    out[..., 1::2] = x_even * sin + x_odd * cos
+    return out  # (..., T, d)
+
+
+# --- a rotary GPT with a cache policy and scaled positions ---------------------------------------
+
+@torch.no_grad()
+def gpt_logits(model: nn.Module, tokens: Tensor, *, window: Optional[int] = None,
+               num_sinks: int = 0, method: str = "none", factor: float = 1.0) -> Tensor:
+    r"""Run a rotary :class:`~d2lattn.GPT` on ``tokens`` of any length, as a server with a
+    bounded cache would, all positions at once.
+
+    - ``window=None``: the full cache (every earlier token; past ``block_size`` this is longer
+      than the model was trained on);
+    - ``window=W``: token ``t`` sees tokens ``t-W+1 .. t`` (a rolling cache of ``W`` entries);
+    - ``window=W, num_sinks=S``: StreamingLLM's cache, the first ``S`` tokens plus the last
+      ``W``. As in StreamingLLM, positions are those *in the cache*: once the cache is full,
+      the query sits at cache position ``S + W - 1`` and sink ``j`` at ``j``, so a sink is
+      ``S + W - 1 - j`` positions away, never farther than the cache is long; window keys keep
+      their offset ``t - s``. Each token's keys and values are computed once, when it arrives,
+      so this equals decoding token by token with the evicting cache.
+
+    ``method`` and ``factor`` scale the rotary frequencies (:func:`rope_frequencies` with
+    ``original_context=block_size``; YaRN also scales the logits by
+    :func:`rope_attention_scale` squared).
+
+    Args:
+        model: a :class:`~d2lattn.GPT` with ``positions="rotary"``.
+        tokens: ``(B, T)`` int64, any ``T >= 1``.
+        window, num_sinks, method, factor: keyword-only, as above.
+
+    Returns:
+        ``(B, T, V)`` float logits. With the defaults and ``T <= block_size``: ``model(tokens)``.
+
+    Raises:
+        ValueError: a model without rotary positions, bad tokens, a bad window, sinks without a
+            window, a bad scaling.
+
+    Source: Xiao et al. (2024), section 3.2 (positions within the cache); book chapter 15.
+    """
+    c = getattr(model, "config", None)
+    if c is None or getattr(c, "positions", None) != "rotary":
+        raise ValueError("model must be a GPT with positions='rotary'")
+    check_tokens(tokens, vocab_size=c.vocab_size)
+    if tokens.dim() != 2:
+        raise ValueError(f"tokens must have shape (B, T), got {tuple(tokens.shape)}")
+    check_streaming(window, num_sinks)
+    h = c.num_heads
+    d_h = c.num_hiddens // h
+    omega = rope_frequencies(d_h, method=method, factor=factor, original_context=c.block_size)
+    logit_scale = rope_attention_scale(method, factor) ** 2 / math.sqrt(d_h)
+    B, T = tokens.shape
+    t = torch.arange(T)
+    offset = t[:, None] - t[None, :]  # (T, T): t - s
+    visible = offset >= 0
+    if window is not None:
+        visible &= (offset < window) | (t[None, :] < num_sinks)
+    # where the query sits when it looks at a sink: min(t, S + W - 1) (cache positions)
+    sink_query_pos = t.clamp(max=num_sinks + window - 1) if num_sinks else t
+    model.eval()
+    X = model.embedding(tokens)  # (B, T, d)
+    for block in model.blocks:
+        mha = block.self_attention
+        Z = block.norm1(X)
+        q = split_heads(mha.W_q(Z), h)  # (B, h, T, d_h)
+        k = split_heads(mha.W_k(Z), h)
+        v = split_heads(mha.W_v(Z), h)
+        k_rot = rotate_pairs(k, t, omega)
+        scores = rotate_pairs(q, t, omega) @ k_rot.transpose(-1, -2)  # (B, h, T, T)
+        if num_sinks:
+            S = min(num_sinks, T)
+            q_sink = rotate_pairs(q, sink_query_pos, omega)
+            scores[..., :S] = q_sink @ k_rot[..., :S, :].transpose(-1, -2)  # (B, h, T, S)
+        scores = (scores * logit_scale).masked_fill(~visible, float("-inf"))
+        heads = scores.softmax(dim=-1) @ v  # (B, h, T, d_h)
+        X = X + mha.W_o(merge_heads(heads))
+        X = X + block.ffn(block.norm2(X))
+    return model.head(model.norm(X))  # (B, T, V)
+
+
+# --- multi-head latent attention ----------------------------------------------------------------
+
+class MultiHeadLatentAttention(nn.Module):
+    r"""Multi-head latent attention (MLA): keys and values come from one cached latent.
+
+    For the token at position ``t`` with hidden state :math:`x_t`, in head ``i``:
+
+    .. math::
+        c_t = W^{DKV} x_t \in \mathbb R^{d_c}, \quad
+        k^C_{t,i} = W^{UK}_i c_t, \quad v_{t,i} = W^{UV}_i c_t, \quad
+        k^R_t = \mathrm{RoPE}_t(W^{KR} x_t) \in \mathbb R^{d^R}
+
+        q^C_{t,i} = W^Q_i x_t, \quad q^R_{t,i} = \mathrm{RoPE}_t(W^{QR}_i x_t), \quad
+        a_{ts,i} = \mathrm{softmax}_s\Big(\frac{q^{C\top}_{t,i} k^C_{s,i}
+                   + q^{R\top}_{t,i} k^R_s}{\sqrt{d_h + d^R}}\Big)
+
+        o_t = W^O \big[\textstyle\sum_s a_{ts,1} v_{s,1}; \dots; \sum_s a_{ts,h} v_{s,h}\big]
+
+    Only :math:`c_t` and :math:`k^R_t` are cached: :math:`d_c + d^R` numbers per token and
+    layer, against :math:`2 h d_h` for multi-head attention. The rotary part is kept apart
+    ("decoupled") because a rotation between :math:`W^Q_i` and :math:`W^{UK}_i` would depend on
+    the position and could not be absorbed.
+
+    **Absorbed form** (``absorbed=True``): since
+    :math:`q^{C\top}_{t,i} W^{UK}_i c_s = (W^{UK\top}_i W^Q_i x_t)^\top c_s`, the queries are
+    projected straight into the latent space by :math:`W^{UK\top}_i W^Q_i` (``(d_c, d)`` per
+    head), attention pools the latents themselves, and :math:`W^O_i W^{UV}_i` (``(d, d_c)``
+    per head) maps the pooled latent to the output: keys and values are never materialised.
+    Same function, other order of products.
+
+    Args:
+        num_hiddens: d. num_heads: h. latent_size: d_c.
+        head_size: keyword-only; d_h, the size of the content query/key/value heads
+            (default ``d / h``). rope_head_size: keyword-only; d^R, even (default 8).
+        base: keyword-only; the rotary base.
+
+    Shapes (``forward``):
+        X ``(B, T, d)`` float; keyword-only ``is_causal`` (default True), ``absorbed``
+        (default False), ``cache`` (``None`` or a :class:`~d2lattn.KVCache` that stores the
+        latents as its ``keys`` ``(B, 1, T, d_c)`` and the rotated keys as its ``values``
+        ``(B, 1, T, d^R)``; then ``X`` are the positions after the cached ones). Returns
+        ``(B, T, d)``.
+
+    Raises:
+        ValueError: bad sizes at construction; ``X`` of the wrong shape or dtype.
+
+    Example:
+        >>> mla = MultiHeadLatentAttention(16, 4, latent_size=6, rope_head_size=2)
+        >>> X = torch.randn(2, 5, 16)
+        >>> torch.allclose(mla(X), mla(X, absorbed=True), atol=1e-6)
+        True
+        >>> mla.cache_values_per_token()
+        8
+
+    Source: DeepSeek-AI (2024), "DeepSeek-V2", section 2.1, equations (9)-(19) (without the
+    query compression of equations (12)-(13)).
+    """
+
+    def __init__(self, num_hiddens: int, num_heads: int, latent_size: int, *,
+                 head_size: Optional[int] = None, rope_head_size: int = 8,
+                 base: float = 10000.0) -> None:
+        super().__init__()
+        check_positive_ints(num_hiddens=num_hiddens, num_heads=num_heads,
+                            latent_size=latent_size, rope_head_size=rope_head_size)
+        if head_size is None:
+            if num_hiddens % num_heads:
+                raise ValueError(f"num_hiddens = {num_hiddens} must be divisible by num_heads "
+                                 f"= {num_heads}, or give head_size")
+            head_size = num_hiddens // num_heads
+        check_positive_ints(head_size=head_size)
+        if rope_head_size % 2:
+            raise ValueError(f"rope_head_size must be even, got {rope_head_size}")
+        d, h = num_hiddens, num_heads
+        self.num_hiddens, self.num_heads, self.head_size = d, h, head_size
+        self.latent_size, self.rope_head_size = latent_size, rope_head_size
+        self.register_buffer("omega", rope_frequencies(rope_head_size, base=base),
+                             persistent=False)
+        self.W_q = nn.Linear(d, h * head_size, bias=False)  # content queries
+        self.W_qr = nn.Linear(d, h * rope_head_size, bias=False)  # rotary queries
+        self.W_dkv = nn.Linear(d, latent_size, bias=False)  # down: the cached latent
+        self.W_uk = nn.Linear(latent_size, h * head_size, bias=False)  # up: keys
+        self.W_uv = nn.Linear(latent_size, h * head_size, bias=False)  # up: values
+        self.W_kr = nn.Linear(d, rope_head_size, bias=False)  # the shared rotary key
+        self.W_o = nn.Linear(h * head_size, d, bias=False)
+
+    def cache_values_per_token(self) -> int:
+        """Numbers cached per token (this layer): ``d_c + d^R``."""
+        return self.latent_size + self.rope_head_size
+
+    def absorbed_weights(self) -> tuple:
+        """``(W_q_absorbed (h, d_c, d), W_o_absorbed (h, d, d_c))``: the query projection into
+        the latent space and the output projection from it, per head."""
+        h, d_h, d_c = self.num_heads, self.head_size, self.latent_size
+        U_k = self.W_uk.weight.view(h, d_h, d_c)  # (h, d_h, d_c)
+        U_v = self.W_uv.weight.view(h, d_h, d_c)
+        W_q = self.W_q.weight.view(h, d_h, self.num_hiddens)  # (h, d_h, d)
+        W_o = self.W_o.weight.view(self.num_hiddens, h, d_h)  # (d, h, d_h)
+        return (torch.einsum("hkc,hkd->hcd", U_k, W_q),  # (h, d_c, d)
+                torch.einsum("dhk,hkc->hdc", W_o, U_v))  # (h, d, d_c)
+
+    def forward(self, X: Tensor, *, is_causal: bool = True, absorbed: bool = False,
+                cache: Optional[KVCache] = None) -> Tensor:
+        check_hidden_states(X, self.num_hiddens, dtype=self.W_q.weight.dtype)
+        check_bool(is_causal=is_causal, absorbed=absorbed)
+        B, T, _ = X.shape
+        h, d_h, d_r = self.num_heads, self.head_size, self.rope_head_size
+        past = len(cache) if cache is not None else 0
+        pos = torch.arange(past, past + T, device=X.device)
+        # 1. what is cached: the latent and the rotated shared key of every new token
+        latent = self.W_dkv(X)[:, None]  # (B, 1, T, d_c)
+        k_rope = rotate_pairs(self.W_kr(X)[:, None], pos, self.omega)  # (B, 1, T, d^R)
+        if cache is not None:
+            latent, k_rope = cache.update(latent, k_rope)  # (B, 1, K, d_c), (B, 1, K, d^R)
+        K = latent.shape[2]
+        q_rope = rotate_pairs(split_heads(self.W_qr(X), h), pos, self.omega)  # (B, h, T, d^R)
+        rope_scores = q_rope @ k_rope.transpose(-1, -2)  # (B, h, T, K)
+        if absorbed:  # 2a. queries into the latent space; attention pools latents
+            W_q_abs, W_o_abs = self.absorbed_weights()
+            q_latent = torch.einsum("btd,hcd->bhtc", X, W_q_abs)  # (B, h, T, d_c)
+            scores = q_latent @ latent.transpose(-1, -2) + rope_scores  # (B, h, T, K)
+        else:  # 2b. explicit: up-project keys and values for every head
+            q = split_heads(self.W_q(X), h)  # (B, h, T, d_h)
+            keys = split_heads(self.W_uk(latent[:, 0]), h)  # (B, h, K, d_h)
+            values = split_heads(self.W_uv(latent[:, 0]), h)  # (B, h, K, d_h)
+            scores = q @ keys.transpose(-1, -2) + rope_scores  # (B, h, T, K)
+        scores = scores / math.sqrt(d_h + d_r)
+        if is_causal:  # queries are the last T of the K positions
+            allowed = torch.ones(T, K, dtype=torch.bool, device=X.device).tril(K - T)
+            scores = scores.masked_fill(~allowed, float("-inf"))
+        weights = scores.softmax(dim=-1)  # (B, h, T, K)
+        if absorbed:  # 3a. pool the latents, then one (d, d_c) map per head
+            pooled = weights @ latent  # (B, h, T, d_c)
+            return torch.einsum("bhtc,hdc->btd", pooled, W_o_abs)  # (B, T, d)
+        return self.W_o(merge_heads(weights @ values))  # 3b. (B, T, d)
+
+
+# --- a paged KV cache ----------------------------------------------------------------------------
+
+class PagedKVCache:
+    r"""A KV cache in fixed-size blocks, shared by many sequences through block tables.
+
+    A pool of ``num_blocks`` blocks of ``block_size`` token slots each (keys and values of
+    ``num_heads`` heads). A sequence owns a *block table*, the list of its blocks in order:
+    token ``n`` of the sequence lives in block ``table[n // block_size]``, slot
+    ``n % block_size``. Blocks are taken from the free list only when a sequence crosses into
+    a new block, and returned when it finishes, so a sequence wastes at most
+    ``block_size - 1`` slots (its last block's tail), whatever its final length.
+
+    :meth:`attend` reads the blocks through the table, one block at a time, with an online
+    softmax (running maximum and sum, as in chapter 9), and equals softmax attention over the
+    same keys stored contiguously.
+
+    Args:
+        num_blocks, block_size, num_heads, head_size: positive integers.
+        dtype: keyword-only; the dtype of the stored keys and values.
+
+    Attributes:
+        key_blocks, value_blocks: ``(num_blocks, num_heads, block_size, head_size)``.
+        block_tables: ``{seq_id: [block, ...]}``. lengths: ``{seq_id: tokens stored}``.
+
+    Raises:
+        ValueError: bad sizes; keys or values of the wrong shape or dtype; an unknown sequence.
+        RuntimeError: no free block left (the server must wait or preempt a sequence).
+
+    Example:
+        >>> cache = PagedKVCache(num_blocks=4, block_size=2, num_heads=1, head_size=3)
+        >>> cache.append("a", torch.zeros(1, 3, 3), torch.zeros(1, 3, 3))
+        >>> cache.block_tables["a"], cache.num_free_blocks, cache.wasted_slots()
+        ([0, 1], 2, 1)
+
+    Source: Kwon et al. (2023), "Efficient Memory Management for Large Language Model Serving
+    with PagedAttention", sections 4.1-4.3.
+    """
+
+    def __init__(self, num_blocks: int, block_size: int, num_heads: int, head_size: int, *,
+                 dtype: torch.dtype = torch.float32) -> None:
+        check_positive_ints(num_blocks=num_blocks, block_size=block_size, num_heads=num_heads,
+                            head_size=head_size)
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise ValueError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
+        self.block_size, self.num_heads, self.head_size, self.dtype = (
+            block_size, num_heads, head_size, dtype)
+        shape = (num_blocks, num_heads, block_size, head_size)
+        self.key_blocks = torch.zeros(shape, dtype=dtype)
+        self.value_blocks = torch.zeros(shape, dtype=dtype)
+        self._free: List[int] = list(range(num_blocks - 1, -1, -1))  # pop() gives 0, 1, ...
+        self.block_tables: Dict[object, List[int]] = {}
+        self.lengths: Dict[object, int] = {}
+
+    @property
+    def num_free_blocks(self) -> int:
+        """Blocks not owned by any sequence."""
+        return len(self._free)
+
+    def wasted_slots(self) -> int:
+        """Slots allocated but not (yet) holding a token, over all sequences."""
+        return sum(len(t) * self.block_size - self.lengths[s]
+                   for s, t in self.block_tables.items())
+
+    def append(self, seq_id: object, keys: Tensor, values: Tensor) -> None:
+        """Store the keys and values ``(num_heads, T_new, head_size)`` of ``T_new`` new tokens
+        of sequence ``seq_id`` (a new id starts a sequence), taking blocks as needed."""
+        check_paged_chunk(keys, values, self.num_heads, self.head_size, self.dtype)
+        table = self.block_tables.get(seq_id, [])
+        n = self.lengths.get(seq_id, 0)
+        T_new = keys.shape[1]
+        needed = -(-(n + T_new) // self.block_size) - len(table)
+        if needed > len(self._free):  # checked before anything changes
+            raise RuntimeError(f"out of blocks: sequence {seq_id!r} needs {needed} more, "
+                               f"{len(self._free)} free")
+        self.block_tables[seq_id] = table
+        table.extend(self._free.pop() for _ in range(needed))
+        for i in range(T_new):  # token n + i -> (block, slot)
+            block, slot = divmod(n + i, self.block_size)
+            self.key_blocks[table[block], :, slot] = keys[:, i]
+            self.value_blocks[table[block], :, slot] = values[:, i]
+        self.lengths[seq_id] = n + T_new
+
+    def free(self, seq_id: object) -> None:
+        """The sequence is finished: its blocks go back to the free list."""
+        self._table(seq_id)
+        self._free.extend(reversed(self.block_tables.pop(seq_id)))
+        del self.lengths[seq_id]
+
+    def gather(self, seq_id: object) -> tuple:
+        """The keys and values of ``seq_id`` as contiguous ``(num_heads, T, head_size)``."""
+        table, n = self._table(seq_id), self.lengths[seq_id]
+        idx = torch.tensor(table, dtype=torch.long)
+        keys = self.key_blocks[idx].transpose(0, 1).flatten(1, 2)[:, :n]  # (h, T, d_h)
+        values = self.value_blocks[idx].transpose(0, 1).flatten(1, 2)[:, :n]
+        return keys, values
+
+    def attend(self, seq_id: object, queries: Tensor, *, is_causal: bool = True) -> Tensor:
+        r"""Scaled dot-product attention of ``queries`` ``(num_heads, Q, head_size)`` over the
+        sequence's cached tokens, block by block through its block table.
+
+        With ``is_causal`` the queries are the sequence's last ``Q`` tokens (query ``q`` sees
+        tokens ``0 .. T - Q + q``). Returns ``(num_heads, Q, head_size)``.
+        """
+        table, n = self._table(seq_id), self.lengths[seq_id]
+        check_bool(is_causal=is_causal)
+        if (not isinstance(queries, Tensor) or queries.dim() != 3
+                or queries.shape[0] != self.num_heads or queries.shape[2] != self.head_size
+                or queries.dtype != self.dtype or (is_causal and queries.shape[1] > n)):
+            raise ValueError(f"queries must be {self.dtype} of shape (num_heads = "
+                             f"{self.num_heads}, Q <= {n}, head_size = {self.head_size})")
+        Q = queries.shape[1]
+        q = queries / math.sqrt(self.head_size)
+        m = torch.full((self.num_heads, Q, 1), float("-inf"), dtype=self.dtype)  # running max
+        s = torch.zeros(self.num_heads, Q, 1, dtype=self.dtype)  # running sum of weights
+        acc = torch.zeros_like(queries)  # running weighted sum of values
+        last = torch.arange(n - Q, n)[:, None]  # (Q, 1): the position of each query
+        for j, block in enumerate(table):
+            width = min(self.block_size, n - j * self.block_size)
+            k = self.key_blocks[block, :, :width]  # (h, width, d_h)
+            v = self.value_blocks[block, :, :width]
+            scores = q @ k.transpose(-1, -2)  # (h, Q, width)
+            if is_causal:
+                pos = j * self.block_size + torch.arange(width)
+                scores = scores.masked_fill(pos[None, :] > last, float("-inf"))
+            m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))
+            safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
+            p = (scores - safe).exp()
+            correction = (m - safe).exp()
+            s = s * correction + p.sum(dim=-1, keepdim=True)
+            acc = acc * correction + p @ v
+            m = m_new
+        return acc / s  # (h, Q, d_h)
+
+    def _table(self, seq_id: object) -> List[int]:
+        if seq_id not in self.block_tables:
+            raise ValueError(f"unknown sequence {seq_id!r}; known: {list(self.block_tables)}")
+        return self.block_tables[seq_id]
+
+
+def contiguous_waste(lengths: Sequence[int], max_len: int) -> int:
+    """Slots wasted when every request reserves ``max_len`` contiguous slots up front (its
+    final length is unknown when it starts): ``sum(max_len - n)``.
+
+    Raises:
+        ValueError: empty ``lengths``, a length outside ``[0, max_len]``.
+
+    Example:
+        >>> contiguous_waste([3, 10, 7], max_len=16)
+        28
+    """
+    lens = check_lengths_list(lengths)
+    check_positive_ints(max_len=max_len)
+    if max(lens) > max_len:
+        raise ValueError(f"lengths must be <= max_len = {max_len}, got {max(lens)}")
+    return sum(max_len - n for n in lens)
+
+
+def paged_waste(lengths: Sequence[int], block_size: int) -> int:
+    """Slots wasted by a paged cache: the empty tail of each request's last block,
+    ``sum(ceil(n / block_size) * block_size - n)``, less than ``block_size`` per request.
+
+    Example:
+        >>> paged_waste([3, 10, 7], block_size=4)
+        4
+    """
+    lens = check_lengths_list(lengths)
+    check_positive_ints(block_size=block_size)
+    return sum(-(-n // block_size) * block_size - n for n in lens)

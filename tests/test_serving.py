@@ -1,0 +1,289 @@
+"""d2lattn.serving: cache byte counts, multi-head latent attention (absorbed = explicit), the
+paged cache (= a contiguous cache), the streaming cache policies and the rotary scalings."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from d2lattn import GPT, GPTConfig, KVCache, rotary_embedding
+from d2lattn.serving import (MultiHeadLatentAttention, PagedKVCache, contiguous_waste,
+                             gpt_logits, kv_cache_bytes, mla_cache_bytes, paged_waste,
+                             rope_attention_scale, rope_frequencies, rotate_pairs)
+
+
+def randn(*shape, seed=0, dtype=torch.float64):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+# --- bytes -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("L,g,d_h,T,B,b", [(4, 4, 32, 128, 1, 4), (32, 8, 128, 4096, 3, 2),
+                                           (1, 1, 1, 1, 1, 1)])
+def test_kv_cache_bytes_formula_and_a_real_cache(L, g, d_h, T, B, b):
+    assert kv_cache_bytes(num_layers=L, num_kv_heads=g, head_size=d_h, seq_len=T,
+                          batch_size=B, bytes_per_value=b) == 2 * B * L * g * d_h * T * b
+    assert kv_cache_bytes(num_layers=L, num_kv_heads=g, head_size=d_h, seq_len=T, batch_size=B,
+                          bytes_per_value=b, window=5) == 2 * B * L * g * d_h * min(T, 5) * b
+    if T <= 128:  # against what a KVCache of float32 tensors holds
+        caches = [KVCache() for _ in range(L)]
+        for c in caches:
+            c.update(torch.zeros(B, g, T, d_h), torch.zeros(B, g, T, d_h))
+        assert sum(c.nbytes for c in caches) == kv_cache_bytes(
+            num_layers=L, num_kv_heads=g, head_size=d_h, seq_len=T, batch_size=B,
+            bytes_per_value=4)
+
+
+def test_mla_cache_bytes_formula_and_deepseek_v2():
+    assert mla_cache_bytes(num_layers=3, latent_size=10, rope_head_size=4, seq_len=7,
+                           batch_size=2, bytes_per_value=2) == 2 * 3 * 14 * 7 * 2
+    # DeepSeek-V2: d_c = 4 d_h = 512, d_R = d_h / 2 = 64: 4.5 d_h per token and layer (table 1)
+    assert mla_cache_bytes(num_layers=1, latent_size=512, rope_head_size=64, seq_len=1,
+                           bytes_per_value=1) == 4.5 * 128
+
+
+def test_mla_layer_caches_what_the_formula_counts():
+    mla = MultiHeadLatentAttention(16, 4, 6, rope_head_size=2)
+    cache = KVCache()
+    mla(randn(2, 5, 16, dtype=torch.float32), cache=cache)
+    assert cache.nbytes == mla_cache_bytes(num_layers=1, latent_size=6, rope_head_size=2,
+                                           seq_len=5, batch_size=2, bytes_per_value=4)
+
+
+@pytest.mark.parametrize("bad", [dict(num_layers=0), dict(head_size=1.5), dict(window=0),
+                                 dict(seq_len=True)])
+def test_byte_counts_reject_bad_sizes(bad):
+    args = dict(num_layers=2, num_kv_heads=2, head_size=4, seq_len=3) | bad
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        kv_cache_bytes(**args)
+
+
+# --- multi-head latent attention ----------------------------------------------------------------
+
+@settings(max_examples=25, deadline=None)
+@given(h=st.integers(1, 4), d_h=st.integers(1, 6), d_c=st.integers(1, 9),
+       d_r=st.sampled_from([2, 4]), T=st.integers(1, 7), B=st.integers(1, 2),
+       seed=st.integers(0, 2**16))
+def test_mla_absorbed_equals_explicit_float64(h, d_h, d_c, d_r, T, B, seed):
+    torch.manual_seed(seed)
+    d = 8
+    mla = MultiHeadLatentAttention(d, h, d_c, head_size=d_h, rope_head_size=d_r).double()
+    X = randn(B, T, d, seed=seed)
+    for is_causal in (True, False):
+        explicit = mla(X, is_causal=is_causal)
+        absorbed = mla(X, is_causal=is_causal, absorbed=True)
+        torch.testing.assert_close(absorbed, explicit, rtol=1e-10, atol=1e-12)
+
+
+def test_mla_explicit_is_attention_with_up_projected_keys_and_values():
+    """The explicit form against SDPA over concatenated [content; rotary] queries and keys."""
+    torch.manual_seed(0)
+    mla = MultiHeadLatentAttention(12, 3, 5, head_size=4, rope_head_size=2).double()
+    X = randn(2, 6, 12)
+    pos = torch.arange(6)
+    c = mla.W_dkv(X)
+    q = torch.cat([mla.W_q(X).view(2, 6, 3, 4).transpose(1, 2),
+                   rotary_embedding(mla.W_qr(X).view(2, 6, 3, 2).transpose(1, 2), pos)], -1)
+    k_r = rotary_embedding(mla.W_kr(X), pos)[:, None].expand(2, 3, 6, 2)
+    k = torch.cat([mla.W_uk(c).view(2, 6, 3, 4).transpose(1, 2), k_r], -1)
+    v = mla.W_uv(c).view(2, 6, 3, 4).transpose(1, 2)
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(mla(X), mla.W_o(ref.transpose(1, 2).reshape(2, 6, 12)))
+
+
+@pytest.mark.parametrize("absorbed", [False, True])
+def test_mla_decoding_with_the_latent_cache_equals_recomputation(absorbed):
+    torch.manual_seed(1)
+    mla = MultiHeadLatentAttention(8, 2, 3, rope_head_size=4).double()
+    X = randn(1, 7, 8)
+    cache = KVCache()
+    steps = [mla(X[:, :3], cache=cache, absorbed=absorbed)]
+    steps += [mla(X[:, t:t + 1], cache=cache, absorbed=absorbed) for t in range(3, 7)]
+    torch.testing.assert_close(torch.cat(steps, 1), mla(X))
+    assert cache.keys.shape == (1, 1, 7, 3) and cache.values.shape == (1, 1, 7, 4)
+
+
+def test_mla_rejects_bad_sizes_and_inputs():
+    with pytest.raises(ValueError, match="rope_head_size must be even"):
+        MultiHeadLatentAttention(8, 2, 3, rope_head_size=3)
+    with pytest.raises(ValueError, match="divisible"):
+        MultiHeadLatentAttention(9, 2, 3)
+    with pytest.raises(ValueError, match="latent_size"):
+        MultiHeadLatentAttention(8, 2, 0)
+    with pytest.raises(ValueError, match="num_hiddens = 8"):
+        MultiHeadLatentAttention(8, 2, 3)(torch.zeros(1, 2, 7))
+
+
+# --- paged cache ---------------------------------------------------------------------------------
+
+@settings(max_examples=30, deadline=None)
+@given(lengths=st.lists(st.integers(1, 20), min_size=1, max_size=4),
+       block_size=st.integers(1, 8), chunk=st.integers(1, 5), Q=st.integers(1, 3),
+       seed=st.integers(0, 2**16))
+def test_paged_attention_equals_contiguous(lengths, block_size, chunk, Q, seed):
+    h, d_h = 2, 3
+    need = sum(-(-n // block_size) for n in lengths)
+    cache = PagedKVCache(need + 1, block_size, h, d_h, dtype=torch.float64)
+    full = {i: (randn(h, n, d_h, seed=seed + i), randn(h, n, d_h, seed=seed + 99 + i))
+            for i, n in enumerate(lengths)}
+    # interleave the sequences chunk by chunk, as a server does
+    for start in range(0, max(lengths), chunk):
+        for i, (k, v) in full.items():
+            if start < k.shape[1]:
+                cache.append(i, k[:, start:start + chunk], v[:, start:start + chunk])
+    assert cache.num_free_blocks == 1
+    assert cache.wasted_slots() == paged_waste(lengths, block_size)
+    for i, (k, v) in full.items():
+        gk, gv = cache.gather(i)
+        assert torch.equal(gk, k) and torch.equal(gv, v)
+        q = randn(h, min(Q, k.shape[1]), d_h, seed=seed + 7)
+        for is_causal in (True, False):
+            mask = None
+            if is_causal:
+                n, nq = k.shape[1], q.shape[1]
+                mask = torch.ones(nq, n, dtype=torch.bool).tril(n - nq)
+            ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            torch.testing.assert_close(cache.attend(i, q, is_causal=is_causal), ref)
+
+
+def test_paged_cache_frees_and_reuses_blocks():
+    cache = PagedKVCache(3, 4, 1, 2)
+    cache.append("a", torch.ones(1, 5, 2), torch.ones(1, 5, 2))
+    cache.append("b", torch.ones(1, 3, 2), torch.ones(1, 3, 2))
+    assert cache.block_tables == {"a": [0, 1], "b": [2]} and cache.num_free_blocks == 0
+    with pytest.raises(RuntimeError, match="out of blocks"):
+        cache.append("b", torch.ones(1, 2, 2), torch.ones(1, 2, 2))
+    with pytest.raises(RuntimeError, match="out of blocks"):
+        cache.append("new", torch.ones(1, 1, 2), torch.ones(1, 1, 2))
+    assert cache.lengths == {"a": 5, "b": 3}  # a failed append changes nothing
+    assert "new" not in cache.block_tables
+    cache.free("a")
+    cache.append("c", torch.ones(1, 6, 2), torch.ones(1, 6, 2))
+    assert cache.block_tables["c"] == [0, 1] and cache.num_free_blocks == 0
+
+
+def test_paged_cache_rejects_bad_input():
+    cache = PagedKVCache(2, 4, 2, 3)
+    with pytest.raises(ValueError, match="keys must have shape"):
+        cache.append(0, torch.ones(3, 1, 3), torch.ones(3, 1, 3))
+    with pytest.raises(ValueError, match="dtype"):
+        cache.append(0, torch.ones(2, 1, 3, dtype=torch.float64), torch.ones(2, 1, 3))
+    with pytest.raises(ValueError, match="unknown sequence"):
+        cache.free(5)
+    cache.append(0, torch.ones(2, 2, 3), torch.ones(2, 2, 3))
+    with pytest.raises(ValueError, match="queries"):
+        cache.attend(0, torch.ones(2, 3, 3))  # 3 causal queries, 2 tokens
+    with pytest.raises(ValueError, match="num_blocks"):
+        PagedKVCache(0, 4, 2, 3)
+
+
+def test_waste_counts():
+    assert contiguous_waste([3, 10, 7], 16) == 13 + 6 + 9
+    assert paged_waste([3, 10, 7, 8], 4) == 1 + 2 + 1 + 0
+    assert paged_waste([3, 10], 1) == 0
+    with pytest.raises(ValueError, match="max_len"):
+        contiguous_waste([3, 17], 16)
+    with pytest.raises(ValueError, match="lengths"):
+        paged_waste([], 4)
+    with pytest.raises(ValueError, match="lengths"):
+        paged_waste([2, -1], 4)
+
+
+# --- rotary scalings and the GPT with cache policies --------------------------------------------
+
+def test_rope_frequencies_and_rotation():
+    X = randn(2, 3, 5, 8)
+    pos = torch.arange(5)
+    assert torch.equal(rotate_pairs(X, pos, rope_frequencies(8)), rotary_embedding(X))
+    # interpolation: position m * s rotated with omega / s is position m rotated with omega
+    torch.testing.assert_close(
+        rotate_pairs(X, pos * 4, rope_frequencies(8, method="interpolation", factor=4)),
+        rotary_embedding(X))
+    omega = rope_frequencies(32)
+    ntk = rope_frequencies(32, method="ntk", factor=4)
+    assert ntk[0] == omega[0] and math.isclose(ntk[-1] / omega[-1], 1 / 4)
+    yarn = rope_frequencies(32, method="yarn", factor=4, original_context=4096)
+    turns = 4096 * omega / (2 * math.pi)
+    assert torch.equal(yarn[turns > 32], omega[turns > 32])
+    torch.testing.assert_close(yarn[turns < 1], omega[turns < 1] / 4)
+    assert torch.equal(rope_frequencies(32, method="yarn", factor=1, original_context=64), omega)
+    assert rope_attention_scale("yarn", 1) == 1.0
+
+
+@pytest.mark.parametrize("bad,match", [(dict(method="linear"), "method"),
+                                       (dict(factor=0.5), "factor"),
+                                       (dict(method="yarn", factor=2), "original_context")])
+def test_rope_frequencies_reject_bad_scalings(bad, match):
+    with pytest.raises(ValueError, match=match):
+        rope_frequencies(8, **bad)
+    with pytest.raises(ValueError, match="head_size must be even"):
+        rope_frequencies(7)
+
+
+@pytest.fixture(scope="module")
+def gpt():
+    torch.manual_seed(0)
+    return GPT(GPTConfig(vocab_size=11, block_size=8, num_hiddens=16, num_heads=2,
+                         num_layers=2, ffn_num_hiddens=32)).double().eval()
+
+
+def test_gpt_logits_equal_the_model_and_run_past_block_size(gpt):
+    tokens = torch.randint(0, 11, (2, 8), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(gpt_logits(gpt, tokens), gpt(tokens))
+    long = torch.randint(0, 11, (1, 20), generator=torch.Generator().manual_seed(1))
+    assert gpt_logits(gpt, long, window=4, num_sinks=2).shape == (1, 20, 11)
+
+
+def _decode_with_evicting_cache(model, tokens, window, num_sinks):
+    """Token by token with a real evicting cache that stores unrotated keys and re-rotates
+    them by their cache slot at every step (StreamingLLM's recipe)."""
+    h = model.config.num_heads
+    d_h = model.config.num_hiddens // h
+    omega = rope_frequencies(d_h)
+    caches = [([], []) for _ in model.blocks]
+    out = []
+    for t in range(tokens.shape[1]):
+        X = model.embedding(tokens[:, t:t + 1])  # (1, 1, d)
+        for (ks, vs), block in zip(caches, model.blocks):
+            mha = block.self_attention
+            Z = block.norm1(X)
+            q, k, v = (mha.W_q(Z).view(1, 1, h, d_h).transpose(1, 2),
+                       mha.W_k(Z).view(1, 1, h, d_h).transpose(1, 2),
+                       mha.W_v(Z).view(1, 1, h, d_h).transpose(1, 2))
+            ks.append(k), vs.append(v)
+            if window is not None and len(ks) > num_sinks + window:
+                del ks[num_sinks], vs[num_sinks]  # evict the oldest non-sink token
+            K, V = torch.cat(ks, 2), torch.cat(vs, 2)
+            slots = torch.arange(K.shape[2])
+            qr = rotate_pairs(q, slots[-1:], omega)
+            a = F.scaled_dot_product_attention(qr, rotate_pairs(K, slots, omega), V)
+            X = X + mha.W_o(a.transpose(1, 2).reshape(1, 1, -1))
+            X = X + block.ffn(block.norm2(X))
+        out.append(model.head(model.norm(X)))
+    return torch.cat(out, 1)
+
+
+@pytest.mark.parametrize("window,num_sinks", [(None, 0), (5, 0), (4, 2), (3, 1)])
+def test_gpt_logits_equal_decoding_with_an_evicting_cache(gpt, window, num_sinks):
+    tokens = torch.randint(0, 11, (1, 8), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        torch.testing.assert_close(gpt_logits(gpt, tokens, window=window, num_sinks=num_sinks),
+                                   _decode_with_evicting_cache(gpt, tokens, window, num_sinks))
+
+
+def test_gpt_logits_rejects_bad_input(gpt):
+    tokens = torch.zeros(1, 4, dtype=torch.long)
+    with pytest.raises(ValueError, match="num_sinks"):
+        gpt_logits(gpt, tokens, num_sinks=2)
+    with pytest.raises(ValueError, match="window"):
+        gpt_logits(gpt, tokens, window=0)
+    with pytest.raises(ValueError, match="tokens"):
+        gpt_logits(gpt, tokens + 20)
+    learned = GPT(GPTConfig(vocab_size=11, block_size=8, num_hiddens=16, num_heads=2,
+                            num_layers=1, ffn_num_hiddens=32, positions="learned"))
+    with pytest.raises(ValueError, match="rotary"):
+        gpt_logits(learned, tokens)
