@@ -385,7 +385,7 @@ class RecurrentState:
         >>> cache = RecurrentState()
         >>> X = torch.randn(1, 5, 8)
         >>> _ = layer(X, X, X, is_causal=True, kv_cache=cache)
-        >>> len(cache), cache.nbytes()  # S (1, 2, 4, 4) + z (1, 2, 4), float32
+        >>> len(cache), cache.nbytes  # S (1, 2, 4, 4) + z (1, 2, 4), float32
         (5, 160)
     """
 
@@ -396,6 +396,7 @@ class RecurrentState:
     def __len__(self) -> int:
         return self.length
 
+    @property
     def nbytes(self) -> int:
         """The bytes the state holds (0 before the first token)."""
         if self.state is None:

@@ -159,7 +159,7 @@ def test_layer_cache_equals_recomputation(rule):
         outs.append(layer(x, x, x, is_causal=True, kv_cache=cache))
     torch.testing.assert_close(torch.cat(outs, dim=1), whole)
     assert len(cache) == 7
-    assert cache.nbytes() == 8 * (2 * 2 * 4 * 4 + (2 * 2 * 4 if rule == "additive" else 0))
+    assert cache.nbytes == 8 * (2 * 2 * 4 * 4 + (2 * 2 * 4 if rule == "additive" else 0))
 
 
 @pytest.mark.parametrize("attention", ["linear", "delta", "gated_delta"])
