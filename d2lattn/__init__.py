@@ -13,6 +13,8 @@ One module per idea, following the three steps of attention (score, normalize, p
   ``sinusoidal_shift_matrix``, ``LearnedPositionalEmbedding``, ``rotary_embedding``,
   ``alibi_slopes``, ``alibi_bias``;
 - :mod:`d2lattn.kernel_regression` — ``nadaraya_watson``, ``NadarayaWatsonRegression``;
+- :mod:`d2lattn.linear` — linear attention in three forms (quadratic, recurrent, chunked),
+  the delta rule and its gated form, ``LinearMultiHeadAttention``, ``RecurrentState``;
 - :mod:`d2lattn.plotting` — ``show_heatmaps``, ``show_fits``;
 - :mod:`d2lattn.data` — the CLDR date tasks of chapters 7 and 8;
 - :mod:`d2lattn.seq2seq` — encoder–decoder with and without attention, greedy decoding;
@@ -43,6 +45,7 @@ from . import (
     gpt,
     interactive,
     kernel_regression,
+    linear,
     masking,
     multihead,
     ngram,
@@ -62,6 +65,7 @@ from .flash import *  # noqa: F401,F403
 from .gpt import *  # noqa: F401,F403
 from .interactive import *  # noqa: F401,F403
 from .kernel_regression import *  # noqa: F401,F403
+from .linear import *  # noqa: F401,F403
 from .masking import *  # noqa: F401,F403
 from .multihead import *  # noqa: F401,F403
 from .ngram import *  # noqa: F401,F403
@@ -76,9 +80,9 @@ from .vision import *  # noqa: F401,F403
 
 __version__ = "0.1.0"
 
-_MODULES = (circuits, data, diagnostics, flash, gpt, interactive, kernel_regression, masking,
-            multihead, ngram, plotting, positional, scoring, seq2seq, serving, text, transformer,
-            vision)
+_MODULES = (circuits, data, diagnostics, flash, gpt, interactive, kernel_regression, linear,
+            masking, multihead, ngram, plotting, positional, scoring, seq2seq, serving, text,
+            transformer, vision)
 __all__ = sorted(name for module in _MODULES for name in module.__all__)
 
 #: Names that were public here and are no longer, with where they went (one release).

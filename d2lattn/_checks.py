@@ -796,3 +796,100 @@ def check_paged_chunk(keys: object, values: object, num_heads: int, head_size: i
     if keys.shape != values.shape:  # type: ignore[union-attr]
         raise ValueError(f"keys {tuple(keys.shape)} and values "  # type: ignore[union-attr]
                          f"{tuple(values.shape)} must have one shape")  # type: ignore
+# --- linear attention and the delta rule (chapter 14) ----------------------------------------
+
+def check_linear_qkv(queries: object, keys: object, values: object) -> None:
+    """Queries ``(..., T, d_k)``, keys ``(..., T, d_k)``, values ``(..., T, d_v)``: floating
+    tensors of one dtype and device, the same leading axes and the same length ``T``."""
+    for name, t in (("queries", queries), ("keys", keys), ("values", values)):
+        if not isinstance(t, Tensor) or not t.is_floating_point() or t.dim() < 2:
+            raise ValueError(f"{name} must be a floating tensor of shape (..., T, d), "
+                             f"got {_describe(t)}")
+    assert isinstance(queries, Tensor) and isinstance(keys, Tensor)
+    assert isinstance(values, Tensor)
+    if queries.shape != keys.shape:
+        raise ValueError(f"queries and keys must have the same shape (..., T, d_k), got "
+                         f"{tuple(queries.shape)} and {tuple(keys.shape)}")
+    if values.shape[:-1] != keys.shape[:-1]:
+        raise ValueError(f"values must have shape (..., T, d_v) with the keys' leading axes "
+                         f"{tuple(keys.shape[:-1])}, got {tuple(values.shape)}")
+    check_same_dtype_device(queries=queries, keys=keys, values=values)
+
+
+def check_chunk_size(chunk_size: object) -> None:
+    """A positive integer: the number of positions per block of the chunked form."""
+    check_positive_ints(chunk_size=chunk_size)
+
+
+def check_linear_state(state: object, name: str, shape: Tuple[int, ...], like: Tensor) -> None:
+    """``None`` or a tensor of ``shape`` with ``like``'s dtype and device (a carried state)."""
+    if state is None:
+        return
+    if not isinstance(state, Tensor) or tuple(state.shape) != shape:
+        raise ValueError(f"{name} must be None or a tensor of shape {shape}, got "
+                         f"{_describe(state)}")
+    if state.dtype != like.dtype or state.device != like.device:
+        raise ValueError(f"{name} must have dtype {like.dtype} on {like.device}, got "
+                         f"{state.dtype} on {state.device}")
+
+
+def check_gates(name: str, gate: object, keys: Tensor, low_open: bool) -> None:
+    """A gate ``(..., T)`` of the keys' dtype: ``beta`` in ``[0, 2]`` (the delta rule's
+    learning rate; ``low_open=False``) or ``alpha`` in ``(0, 1]`` (a decay; ``low_open=True``)."""
+    shape = tuple(keys.shape[:-1])
+    if not isinstance(gate, Tensor) or tuple(gate.shape) != shape:
+        raise ValueError(f"{name} must be a tensor of shape (..., T) = {shape}, got "
+                         f"{_describe(gate)}")
+    check_same_dtype_device(keys=keys, **{name: gate})
+    if low_open:
+        if not bool(((gate > 0) & (gate <= 1)).all()):
+            raise ValueError(f"{name} must lie in (0, 1] (a decay factor)")
+    elif not bool(((gate >= 0) & (gate <= 2)).all()):
+        raise ValueError(f"{name} must lie in [0, 2] (the delta rule is stable for "
+                         f"beta * |k|^2 <= 2)")
+
+
+def check_linear_rule(rule: object) -> None:
+    """One of the update rules of :class:`~d2lattn.LinearMultiHeadAttention`."""
+    if rule not in ("additive", "delta", "gated_delta"):
+        raise ValueError(f"rule must be 'additive', 'delta' or 'gated_delta', got {rule!r}")
+
+
+def check_linear_call(queries: Tensor, keys: Tensor, values: Tensor, valid_lens: object,
+                      attn_mask: object, is_causal: object, scale: object) -> None:
+    """The drop-in call of a causal linear-attention layer: self-attention (one tensor for
+    queries, keys and values), ``is_causal=True``, no padding, mask or scale."""
+    if not (queries is keys and keys is values):
+        raise ValueError("a linear-attention layer is self-attention: pass the same tensor "
+                         "as queries, keys and values")
+    if is_causal is not True:
+        raise ValueError("a linear-attention layer is causal: call it with is_causal=True")
+    if valid_lens is not None or attn_mask is not None or scale is not None:
+        raise ValueError("a linear-attention layer takes no valid_lens, attn_mask or scale "
+                         "(its causal sum has no weights to mask)")
+
+
+def check_additive_args(queries: Tensor, keys: Tensor, values: Tensor, eps: object,
+                        initial_state: object) -> None:
+    """The arguments of the additive linear-attention forms: queries, keys and values,
+    ``eps > 0``, and ``initial_state`` ``None`` or ``(S, z)`` of the right shapes."""
+    check_linear_qkv(queries, keys, values)
+    check_positive("eps", eps)
+    if initial_state is not None:
+        if not isinstance(initial_state, tuple) or len(initial_state) != 2:
+            raise ValueError("initial_state must be None or a tuple (S, z)")
+        lead, d_k, d_v = tuple(keys.shape[:-2]), keys.shape[-1], values.shape[-1]
+        check_linear_state(initial_state[0], "initial_state S", lead + (d_k, d_v), keys)
+        check_linear_state(initial_state[1], "initial_state z", lead + (d_k,), keys)
+
+
+def check_delta_args(queries: Tensor, keys: Tensor, values: Tensor, beta: object,
+                     alpha: object, initial_state: object) -> None:
+    """The arguments of the delta-rule forms: queries, keys and values, gates ``beta`` (and
+    ``alpha``) of shape ``(..., T)``, ``initial_state`` ``None`` or ``(..., d_k, d_v)``."""
+    check_linear_qkv(queries, keys, values)
+    check_gates("beta", beta, keys, low_open=False)
+    if alpha is not None:
+        check_gates("alpha", alpha, keys, low_open=True)
+    lead, d_k, d_v = tuple(keys.shape[:-2]), keys.shape[-1], values.shape[-1]
+    check_linear_state(initial_state, "initial_state", lead + (d_k, d_v), keys)

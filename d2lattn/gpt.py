@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Union
 
 import torch
 import torch.nn.functional as F
@@ -41,6 +41,7 @@ from ._checks import (
     check_top_k,
     check_top_p,
 )
+from .linear import LinearMultiHeadAttention, RecurrentState
 from .text import random_windows
 from .transformer import KVCache, TransformerEncoderBlock
 
@@ -61,6 +62,8 @@ class GPTConfig:
     dropout: float = 0.0  # small models trained for minutes do not overfit
     positions: str = "rotary"  # "rotary" (RoPE in every attention) or "learned" (a table)
     tie_weights: bool = True  # the read-out reuses the embedding matrix
+    # "softmax" (chapter 12), or chapter 14's recurrent cores: "linear", "delta", "gated_delta"
+    attention: str = "softmax"
 
     def __post_init__(self) -> None:
         check_positive_ints(vocab_size=self.vocab_size, block_size=self.block_size,
@@ -70,6 +73,12 @@ class GPTConfig:
         check_bool(tie_weights=self.tie_weights)
         if self.positions not in ("rotary", "learned"):
             raise ValueError(f"positions must be 'rotary' or 'learned', got {self.positions!r}")
+        if self.attention not in ("softmax", "linear", "delta", "gated_delta"):
+            raise ValueError(f"attention must be 'softmax', 'linear', 'delta' or "
+                             f"'gated_delta', got {self.attention!r}")
+        if self.attention != "softmax" and self.positions == "rotary":
+            raise ValueError(f"attention={self.attention!r} has no rotary positions: use "
+                             f"positions='learned'")
 
 
 def top_k_filter(logits: Tensor, k: int) -> Tensor:
@@ -210,6 +219,11 @@ class GPT(nn.Module):
                                     norm_first=True, activation="gelu",
                                     rotary=c.positions == "rotary")
             for _ in range(c.num_layers))
+        if c.attention != "softmax":  # chapter 14: a recurrent core in every block
+            rule = "additive" if c.attention == "linear" else c.attention
+            for block in self.blocks:
+                block.self_attention = LinearMultiHeadAttention(  # type: ignore[assignment]
+                    c.num_hiddens, c.num_heads, rule=rule)
         self.norm = nn.LayerNorm(c.num_hiddens)
         self.head = nn.Linear(c.num_hiddens, c.vocab_size, bias=False)
         self.apply(self._init_weights)
@@ -228,11 +242,15 @@ class GPT(nn.Module):
         """Trainable parameters, the tied matrix counted once."""
         return sum(p.numel() for p in self.parameters())
 
-    def new_caches(self) -> List[KVCache]:
-        """One empty :class:`~d2lattn.KVCache` per layer."""
+    def new_caches(self) -> List[Union[KVCache, RecurrentState]]:
+        """One empty cache per layer: a :class:`~d2lattn.KVCache`, or a
+        :class:`~d2lattn.RecurrentState` for the recurrent cores of chapter 14."""
+        if self.config.attention != "softmax":
+            return [RecurrentState() for _ in self.blocks]
         return [KVCache() for _ in self.blocks]
 
-    def forward(self, tokens: Tensor, *, kv_caches: Optional[List[KVCache]] = None) -> Tensor:
+    def forward(self, tokens: Tensor, *,
+                kv_caches: Optional[List[Union[KVCache, RecurrentState]]] = None) -> Tensor:
         c = self.config
         if (not isinstance(tokens, Tensor) or tokens.dim() != 2 or tokens.is_floating_point()
                 or tokens.dtype == torch.bool):

@@ -31,6 +31,7 @@ CHECKED = [
     "ch9_efficient_attention",
     "ch10_vision_transformer",
     "ch11_induction_heads",
+    "ch14_linear_attention",
     "ch13_diagnostics",
     "ch15_serving",
 ]
