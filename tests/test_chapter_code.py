@@ -28,13 +28,13 @@ CHECKED = [
     "ch8_transformer",
     "ch9_efficient_attention",
     "ch11_induction_heads",
+    "ch12_gpt",
 ]
 #: Chapters still to be brought under MAX_LINE (then moved to CHECKED).
 NOT_YET = [
     "ch3_masked_softmax",
     "ch5_self_attention",
     "ch10_vision_transformer",
-    "ch12_gpt",
     "ch13_diagnostics",
 ]
 
