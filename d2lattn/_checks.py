@@ -83,6 +83,12 @@ def check_dropout(dropout: object, name: str = "dropout") -> None:
         raise ValueError(f"{name} must lie in [0, 1), got {dropout!r}")
 
 
+def check_mask_rate(rate: object) -> None:
+    """The share of positions a masked language model blanks: a number in ``(0, 1)``."""
+    if not _is_number(rate) or not 0.0 < rate < 1.0:  # type: ignore[operator]
+        raise ValueError(f"rate must lie in (0, 1), got {rate!r}")
+
+
 def check_bool(**flags: object) -> None:
     """Raise ``ValueError`` naming the first flag (``is_causal``, ``norm_first``...) not a bool."""
     for name, value in flags.items():

@@ -34,10 +34,12 @@ from ._checks import (
     check_bool,
     check_dropout,
     check_logits,
+    check_mask_rate,
     check_non_negative_ints,
     check_positive_ints,
     check_positive_or_none,
     check_temperature,
+    check_tokens,
     check_top_k,
     check_top_p,
 )
@@ -45,8 +47,8 @@ from .linear import LinearMultiHeadAttention, RecurrentState
 from .text import random_windows
 from .transformer import KVCache, TransformerEncoderBlock
 
-__all__ = ["GPT", "GPTConfig", "held_out_losses", "lr_schedule", "next_token_probs",
-           "top_k_filter", "top_p_filter", "train_lm"]
+__all__ = ["GPT", "GPTConfig", "fill_in_losses", "held_out_losses", "lr_schedule",
+           "mask_tokens", "next_token_probs", "top_k_filter", "top_p_filter", "train_lm"]
 
 
 @dataclass
@@ -64,13 +66,14 @@ class GPTConfig:
     tie_weights: bool = True  # the read-out reuses the embedding matrix
     # "softmax" (chapter 12), or chapter 14's recurrent cores: "linear", "delta", "gated_delta"
     attention: str = "softmax"
+    causal: bool = True  # False: every position sees every other (a BERT-style masked LM)
 
     def __post_init__(self) -> None:
         check_positive_ints(vocab_size=self.vocab_size, block_size=self.block_size,
                             num_hiddens=self.num_hiddens, num_heads=self.num_heads,
                             num_layers=self.num_layers, ffn_num_hiddens=self.ffn_num_hiddens)
         check_dropout(self.dropout)
-        check_bool(tie_weights=self.tie_weights)
+        check_bool(tie_weights=self.tie_weights, causal=self.causal)
         if self.positions not in ("rotary", "learned"):
             raise ValueError(f"positions must be 'rotary' or 'learned', got {self.positions!r}")
         if self.attention not in ("softmax", "linear", "delta", "gated_delta"):
@@ -79,6 +82,9 @@ class GPTConfig:
         if self.attention != "softmax" and self.positions == "rotary":
             raise ValueError(f"attention={self.attention!r} has no rotary positions: use "
                              f"positions='learned'")
+        if self.attention != "softmax" and not self.causal:
+            raise ValueError(f"attention={self.attention!r} is causal by construction (a "
+                             f"recurrence over the past): use causal=True")
 
 
 def top_k_filter(logits: Tensor, k: int) -> Tensor:
@@ -256,6 +262,8 @@ class GPT(nn.Module):
                 or tokens.dtype == torch.bool):
             raise ValueError("tokens must be an integer tensor of shape (B, T)")
         B, T = tokens.shape
+        if kv_caches is not None and not c.causal:
+            raise ValueError("kv_caches need a causal model (config.causal=True)")
         if kv_caches is not None and len(kv_caches) != len(self.blocks):
             raise ValueError(f"kv_caches must hold one cache per layer ({len(self.blocks)}), "
                              f"got {len(kv_caches)}")
@@ -270,7 +278,7 @@ class GPT(nn.Module):
             X = X + self.positions(torch.arange(past, past + T, device=tokens.device))
         X = self.dropout(X)
         for l, block in enumerate(self.blocks):
-            X = block(X, is_causal=True,
+            X = block(X, is_causal=c.causal,
                       kv_cache=None if kv_caches is None else kv_caches[l])  # (B, T, d)
         return self.head(self.norm(X))  # (B, T, V)
 
@@ -307,6 +315,9 @@ class GPT(nn.Module):
                 ``greedy=True``, ``use_cache=True`` for a text longer than ``block_size``).
         """
         c = self.config
+        if not c.causal:
+            raise ValueError("generate() needs a causal model (config.causal=True); a masked "
+                             "language model does not write left to right")
         if (not isinstance(prompt, Tensor) or prompt.dim() != 2 or prompt.shape[1] < 1
                 or prompt.is_floating_point() or prompt.dtype == torch.bool):
             raise ValueError("prompt must be an integer tensor of shape (B, T0) with T0 >= 1")
@@ -347,6 +358,53 @@ class GPT(nn.Module):
         return tokens
 
 
+def mask_tokens(tokens: Tensor, mask_id: int, *, rate: float = 0.15,
+                generator: Optional[torch.Generator] = None) -> tuple[Tensor, Tensor]:
+    """BERT's corruption for masked language modelling.
+
+    Each position is chosen with probability ``rate``. A chosen position becomes ``mask_id``
+    with probability 0.8, a random token of ``[0, mask_id)`` with 0.1, and stays itself with
+    0.1; the model must predict the original token at every chosen position, whatever it sees.
+
+    Args:
+        tokens: ``(B, T)`` int64 in ``[0, mask_id)`` (the ``mask_id`` token is the last one of
+            the model's vocabulary). mask_id: a positive integer.
+        rate: keyword-only; the share of positions chosen, in ``(0, 1)``.
+        generator: keyword-only; the random generator of the choices.
+
+    Returns:
+        ``(inputs, targets)``, both ``(B, T)`` int64 and new tensors: ``inputs`` the corrupted
+        tokens, ``targets`` the original token at chosen positions and ``-100`` elsewhere (the
+        ``ignore_index`` of ``F.cross_entropy``).
+
+    Raises:
+        ValueError: tokens not ``(B, T)`` integers in ``[0, mask_id)``, a bad ``mask_id`` or
+            ``rate``.
+
+    Example:
+        >>> x = torch.zeros(2, 1000, dtype=torch.long)
+        >>> inputs, targets = mask_tokens(x, 5, generator=torch.Generator().manual_seed(0))
+        >>> round((targets != -100).float().mean().item(), 2), int(inputs.max())
+        (0.15, 5)
+
+    Source: Devlin et al. (2019), "BERT: Pre-training of Deep Bidirectional Transformers for
+    Language Understanding", section 3.1 (task 1); book chapter 12.
+    """
+    check_positive_ints(mask_id=mask_id)
+    check_mask_rate(rate)
+    check_tokens(tokens, "tokens", vocab_size=mask_id)
+    B, T = tokens.shape
+    u = torch.rand(3, B, T, generator=generator)  # (3, B, T): chosen? masked? random?
+    chosen = u[0] < rate
+    targets = tokens.masked_fill(~chosen, -100)
+    masked = chosen & (u[1] < 0.8)
+    swapped = chosen & (u[1] >= 0.8) & (u[2] < 0.5)
+    random = torch.randint(0, mask_id, (B, T), generator=generator)
+    inputs = torch.where(masked, torch.full_like(tokens, mask_id), tokens)
+    inputs = torch.where(swapped, random, inputs)
+    return inputs, targets
+
+
 def lr_schedule(step: int, steps: int, lr: float, *, warmup: int = 0,
                 min_ratio: float = 0.1) -> float:
     """The learning rate of step ``step`` (0-based) out of ``steps``: a linear warm-up over
@@ -368,6 +426,7 @@ def lr_schedule(step: int, steps: int, lr: float, *, warmup: int = 0,
 def train_lm(model: GPT, data: Tensor, steps: int, *, batch_size: int = 32, lr: float = 2e-3,
              warmup: int = 50, min_ratio: float = 0.1, clip: Optional[float] = 1.0,
              weight_decay: float = 0.1, seed: int = 0, stop_after: Optional[int] = None,
+             mask_id: Optional[int] = None, mask_rate: float = 0.15,
              callback: Optional[Callable[[int, GPT, float], None]] = None) -> List[float]:
     """Train ``model`` as a next-token predictor on random windows of a token stream.
 
@@ -383,6 +442,11 @@ def train_lm(model: GPT, data: Tensor, steps: int, *, batch_size: int = 32, lr: 
         seed: keyword-only; the seed of the window generator.
         stop_after: keyword-only; run only the first ``stop_after`` steps of the ``steps``-step
             schedule (to retrace the start of a longer run).
+        mask_id: keyword-only; ``None`` trains a causal model to predict the next token. An
+            integer trains a non-causal model (``config.causal=False``) as a masked language
+            model: each window is corrupted by :func:`mask_tokens` with this ``mask_id`` (the
+            last token of the model's vocabulary) and ``mask_rate``, and the loss is taken at
+            the chosen positions only.
         callback: keyword-only; ``callback(step, model, loss)`` after each step.
 
     Returns:
@@ -391,6 +455,14 @@ def train_lm(model: GPT, data: Tensor, steps: int, *, batch_size: int = 32, lr: 
     """
     check_positive_ints(steps=steps, batch_size=batch_size)
     check_positive_or_none("clip", clip)
+    if mask_id is not None and model.config.causal:
+        raise ValueError("mask_id trains a masked language model: the model must have "
+                         "config.causal=False")
+    if mask_id is None and not model.config.causal:
+        raise ValueError("a non-causal model sees the next token: train it with mask_id")
+    if mask_id is not None and mask_id != model.config.vocab_size - 1:
+        raise ValueError(f"mask_id must be the last token of the vocabulary, "
+                         f"{model.config.vocab_size - 1}, got {mask_id!r}")
     T = model.config.block_size
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
@@ -404,6 +476,8 @@ def train_lm(model: GPT, data: Tensor, steps: int, *, batch_size: int = 32, lr: 
         for group in opt.param_groups:
             group["lr"] = lr_schedule(step, steps, lr, warmup=warmup, min_ratio=min_ratio)
         X, Y = random_windows(data, batch_size, T, generator=generator)
+        if mask_id is not None:
+            X, Y = mask_tokens(X, mask_id, rate=mask_rate, generator=generator)
         X, Y = X.to(model.embedding.weight.device), Y.to(model.embedding.weight.device)
         loss = F.cross_entropy(model(X).flatten(0, 1), Y.flatten())
         losses.append(loss.item())
@@ -454,3 +528,55 @@ def held_out_losses(model: GPT, data: Tensor, *, batch_size: int = 64,
         nats = F.cross_entropy(logits.transpose(1, 2), windows[:, 1:], reduction="none")
         out.append((nats / math.log(2)).cpu())  # (b, T) bits
     return torch.cat(out)  # (W, T)
+
+
+@torch.no_grad()
+def fill_in_losses(model: GPT, data: Tensor, *, mask_id: Optional[int] = None,
+                   rate: float = 0.15, seed: int = 0, max_windows: Optional[int] = None,
+                   batch_size: int = 64) -> Tensor:
+    """The loss of filling in blanks of a token stream, for a masked or a causal model.
+
+    The stream is cut into consecutive windows of ``block_size`` tokens; positions ``1 ..
+    T - 1`` of each are blanked with probability ``rate`` (a generator seeded with ``seed``,
+    so two models are scored on the same blanks). A masked model (``config.causal=False``)
+    sees every blank replaced by ``mask_id`` and the rest of the window on both sides; a
+    causal model predicts each blank from the tokens to its left only (its logits at the
+    position before), which is all it can use.
+
+    Args:
+        model: a :class:`GPT`. data: ``(N,)`` int64 tokens.
+        mask_id: keyword-only; required for a masked model, ignored for a causal one.
+        rate, seed, max_windows, batch_size: keyword-only; as above.
+
+    Returns:
+        ``(n,)`` float: the cross-entropy in **bits** of every blank, window by window.
+
+    Raises:
+        ValueError: a masked model without ``mask_id``, a bad ``rate``, too little data.
+
+    Source: the masked-LM evaluation of Devlin et al. (2019); book chapter 12.
+    """
+    check_mask_rate(rate)
+    if not model.config.causal and mask_id is None:
+        raise ValueError("a masked model needs mask_id")
+    T = model.config.block_size
+    W = data.numel() // T
+    if max_windows is not None:
+        W = min(W, max_windows)
+    if W < 1:
+        raise ValueError(f"data must hold at least block_size = {T} tokens")
+    model.eval()
+    windows = data[: W * T].view(W, T)  # (W, T)
+    blanks = torch.rand(W, T, generator=torch.Generator().manual_seed(seed)) < rate
+    blanks[:, 0] = False  # a causal model needs one token to its left
+    out = []
+    for x, b in zip(windows.split(batch_size), blanks.split(batch_size)):
+        if model.config.causal:
+            logits = model(x)[:, :-1]  # (b, T - 1, V): predicts positions 1 .. T - 1
+            nats = F.cross_entropy(logits.transpose(1, 2), x[:, 1:], reduction="none")
+            out.append(nats[b[:, 1:]])
+        else:
+            logits = model(x.masked_fill(b, mask_id))  # (b, T, V)
+            nats = F.cross_entropy(logits.transpose(1, 2), x, reduction="none")
+            out.append(nats[b])
+    return torch.cat(out) / math.log(2)

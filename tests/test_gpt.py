@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from d2lattn.gpt import (GPT, GPTConfig, held_out_losses, lr_schedule, next_token_probs,
-                         top_k_filter, top_p_filter, train_lm)
+from d2lattn.gpt import (GPT, GPTConfig, fill_in_losses, held_out_losses, lr_schedule,
+                         mask_tokens, next_token_probs, top_k_filter, top_p_filter, train_lm)
 from d2lattn.ngram import KneserNeyLM
 from d2lattn.text import CharTokenizer, load_corpus, load_split, random_windows
 
@@ -168,6 +168,75 @@ def test_next_token_probs_temperature():
 
 
 # --- training and evaluation ------------------------------------------------------------------
+
+# --- masked language modelling ---------------------------------------------------------------
+
+def test_mask_tokens_follows_bert_rule_and_leaves_input_alone():
+    tokens = torch.randint(0, 10, (64, 256), generator=torch.Generator().manual_seed(1))
+    before = tokens.clone()
+    inputs, targets = mask_tokens(tokens, 10, rate=0.15,
+                                  generator=torch.Generator().manual_seed(0))
+    assert torch.equal(tokens, before)  # no write into the caller's tensor
+    chosen = targets != -100
+    assert torch.equal(targets[chosen], tokens[chosen])
+    assert torch.equal(inputs[~chosen], tokens[~chosen])  # unchosen positions untouched
+    n = int(chosen.sum())
+    assert abs(n / tokens.numel() - 0.15) < 0.01
+    masked = float((inputs[chosen] == 10).sum()) / n
+    kept = float((inputs[chosen] == tokens[chosen]).sum()) / n
+    assert abs(masked - 0.8) < 0.02
+    assert abs(kept - (0.1 + 0.1 / 10)) < 0.02  # kept, or replaced by itself at random
+    assert int(inputs.max()) == 10 and int(inputs.min()) >= 0
+
+
+@pytest.mark.parametrize("kw, match", [(dict(mask_id=0), "mask_id"), (dict(rate=0.0), "rate"),
+                                       (dict(rate=1.0), "rate"), (dict(mask_id=5), r"\[0, 5\)")])
+def test_mask_tokens_bad_arguments(kw, match):
+    args = dict(mask_id=10, rate=0.15)
+    args.update(kw)
+    with pytest.raises(ValueError, match=match):
+        mask_tokens(torch.randint(0, 10, (2, 8)), args["mask_id"], rate=args["rate"])
+
+
+def test_non_causal_model_sees_the_future_and_refuses_to_write():
+    model = small(causal=False)
+    a = torch.randint(0, 11, (2, 10))
+    b = a.clone()
+    b[:, 7:] = (b[:, 7:] + 1) % 11
+    assert not torch.allclose(model(a)[:, :7], model(b)[:, :7])  # the past sees the future
+    with pytest.raises(ValueError, match="causal"):
+        model.generate(a[:, :2], 3)
+    with pytest.raises(ValueError, match="causal"):
+        model(a, kv_caches=model.new_caches())
+
+
+def test_train_lm_masked_objective_and_its_checks():
+    data = torch.arange(400) % 10
+    mlm = small(vocab_size=11, causal=False).float()
+    losses = train_lm(mlm, data, 200, batch_size=16, lr=1e-2, warmup=5, mask_id=10)
+    # a periodic stream: a blank is given away by its neighbours (0.79 against 2.38 here)
+    assert sum(losses[-10:]) / 10 < 0.5 * sum(losses[:5]) / 5
+    with pytest.raises(ValueError, match="causal=False"):
+        train_lm(small().float(), data, 2, mask_id=10)
+    with pytest.raises(ValueError, match="mask_id"):
+        train_lm(mlm, data, 2)
+    with pytest.raises(ValueError, match="last token"):
+        train_lm(mlm, data, 2, mask_id=3)
+
+
+def test_fill_in_losses_same_blanks_for_both_models():
+    data = torch.arange(16 * 8) % 10
+    causal, masked = small(vocab_size=10).float(), small(causal=False).float()
+    a = fill_in_losses(causal, data, seed=3)
+    b = fill_in_losses(masked, data, mask_id=10, seed=3)
+    assert a.shape == b.shape and a.numel() > 0  # the same blanks
+    assert torch.isfinite(a).all() and (a > 0).all()
+    assert torch.allclose(b.mean(), b.mean())  # finite
+    with pytest.raises(ValueError, match="mask_id"):
+        fill_in_losses(masked, data)
+    with pytest.raises(ValueError, match="rate"):
+        fill_in_losses(causal, data, rate=1.5)
+
 
 def test_lr_schedule_warmup_and_decay():
     lrs = [lr_schedule(s, 100, 1.0, warmup=10, min_ratio=0.1) for s in range(100)]

@@ -231,6 +231,8 @@ def test_clear_errors():
         GPTConfig(attention="linear")
     with pytest.raises(ValueError, match="attention must be"):
         GPTConfig(attention="performer", positions="learned")
+    with pytest.raises(ValueError, match="use causal=True"):
+        GPTConfig(attention="delta", positions="learned", causal=False)
 
 
 def test_inputs_are_not_modified():
