@@ -22,7 +22,8 @@ chapter's budget and the chosen rate, under ``loss_curves``: the chapter plots t
 from the table next to the Transformer it trains live.
 
 ``--seeds`` adds fresh seeds to the test settings (2-4) of an existing table; the book's table
-holds seeds 0..4 (those the chapter's prose was first written from) and 5..9 (added after).
+holds seeds 0..4 (those the chapter's prose was first written from) and, at 300 steps, 5 and 6
+(added after).
 """
 
 from __future__ import annotations
