@@ -18,9 +18,12 @@ Run from the repository root (one thread per process)::
 
 ``--seeds`` picks the seeds of the plan (the book's table: seeds 0 to 4 from the first writing,
 and what could be added of seeds 5 to 9); ``--runs kind:hidden:steps[/steps...]:seed,...``
-runs a list instead; ``--state-dir`` saves each run's final state, so that a later call with a
-larger budget continues it instead of starting again; ``--jobs 2`` runs two processes.
-"""
+runs a list instead (the partial tables in ``experiments/tables`` were made so, and
+``--merge`` adds them to the book's table); ``--state-dir`` saves each run's final state, so
+that a later call with a larger budget continues it instead of starting again; ``--jobs 2``
+runs two processes. Bahdanau's placement with four heads is the slowest run, its decoder
+stepping one character at a time through the projections: about 150 s of CPU on a busy
+machine, about five times the same layer placed after the step."""
 
 from __future__ import annotations
 
@@ -214,10 +217,26 @@ def main():
     p.add_argument("--state-dir", default=None,
                    help="save the trained states here, to extend a budget curve later")
     p.add_argument("--out", default=str(ROOT / "book" / "data" / "ch7_bottleneck.json"))
+    p.add_argument("--merge", nargs="+", default=None,
+                   help="add the runs of these tables (same configuration) to --out; no training")
     a = p.parse_args()
     torch.set_num_threads(1)
     cfg = CONFIG
     H, S = cfg["hidden"], cfg["steps"]
+    if a.merge:
+        table = json.loads(Path(a.out).read_text())
+        have = {(r["kind"], r["hidden"], r["steps"], r["seed"]) for r in table["runs"]}
+        for name in a.merge:
+            other = json.loads(Path(name).read_text())
+            assert other["config"] == table["config"], f"{name}: another configuration"
+            for r in other["runs"]:
+                if (r["kind"], r["hidden"], r["steps"], r["seed"]) not in have:
+                    have.add((r["kind"], r["hidden"], r["steps"], r["seed"]))
+                    table["runs"].append(r)
+        table["seeds"] = sorted({r["seed"] for r in table["runs"]})
+        Path(a.out).write_text(json.dumps(table, indent=1) + "\n")
+        print(f"table: {len(table['runs'])} records, seeds {table['seeds']}")
+        return
     if a.runs:
         runs = []
         for r in a.runs.split(","):

@@ -17,8 +17,13 @@ re-runs seed 0 live and checks it against this table.
    position table (nothing about positions to learn) instead of the learned one, 300 steps.
 4. Four times the budget (1200 steps), seeds 0..4: a gap that is learning speed closes.
 
+``--curves rnn`` (no other run) records the training loss of seed 0, step by step, at the
+chapter's budget and the chosen rate, under ``loss_curves``: the chapter plots the RNN's curve
+from the table next to the Transformer it trains live.
+
 ``--seeds`` adds fresh seeds to the test settings (2-4) of an existing table; the book's table
-holds seeds 0..4 (those the chapter's prose was first written from) and 5..9 (added after).
+holds seeds 0..4 (those the chapter's prose was first written from) and, at 300 steps, 5 and 6
+(added after).
 """
 
 from __future__ import annotations
@@ -157,6 +162,12 @@ def exact_match(model, kind, examples):
     return sum(tgt_vocab.decode(row) == ex.target for row, ex in zip(Y, examples)) / len(examples)
 
 
+def loss_curve(kind, lr, seed=0):
+    """The training losses of one run at the chapter's budget, rounded to 4 decimals."""
+    losses = train(make_model(kind, seed), lr, STEPS, WARMUP[kind], seed)
+    return [round(loss, 4) for loss in losses]
+
+
 def run(kind, lr, seed, steps, split, positions="learned"):
     examples = valid_set if split == "valid" else test_set
     model = make_model(kind, seed, positions)
@@ -179,8 +190,18 @@ def main() -> None:
     p.add_argument("--resume", action="store_true")
     p.add_argument("--seeds", type=int, nargs="+", default=None)
     p.add_argument("--out", default=str(OUT))
+    p.add_argument("--curves", nargs="+", choices=list(RATES), default=None,
+                   help="record seed 0's training losses of these models, nothing else")
     a = p.parse_args()
     out = pathlib.Path(a.out)
+    if a.curves:
+        table = json.loads(out.read_text())
+        for kind in a.curves:
+            table.setdefault("loss_curves", {})[f"{kind} {STEPS} seed 0"] = loss_curve(
+                kind, table["chosen_rates"][kind])
+        out.write_text(json.dumps(table, indent=1) + "\n")
+        print(f"wrote {out}")
+        return
     adding = a.seeds is not None
     table = json.loads(out.read_text()) if out.exists() and (a.resume or adding) else {}
     seeds = SEEDS if not adding else [s for s in a.seeds if s not in table.get("seeds", [])]
