@@ -1,0 +1,155 @@
+"""Chapter 12's Shakespeare GPT with other attention layers, at the same size, budget and split.
+
+    python experiments/gpt_variants.py --seeds 0 1 2 3 4             # every variant, ~4 CPU-min a run
+    python experiments/gpt_variants.py --variants linear mla --seeds 5
+
+Every run uses chapter 12's Shakespeare recipe (``experiments/ch12_gpt.py``: 4 layers, d = 128,
+4 heads, a 128-character window, 600 AdamW steps of 16 windows, warm-up 50) and the same
+seeded batches; only the attention layer, and with it the positions, changes:
+
+``softmax``          chapter 12's model: softmax attention with rotary positions;
+``softmax-learned``  softmax attention with a learned position table, the fair baseline for
+                     the recurrent cores, which cannot rotate their keys (chapter 14);
+``linear``           causal linear attention with elu + 1 features (Katharopoulos et al. 2020)
+                     in every layer, learned positions;
+``gated_delta``      the gated delta rule (Yang et al. 2025) in every layer, learned positions;
+``hybrid``           the gated delta rule in layers 1-3 and softmax attention in layer 4,
+                     learned positions: one softmax layer in four, the ratio of Qwen3-Next;
+``mla``              multi-head latent attention (DeepSeek-V2; chapter 15) with rotary keys,
+                     d_c = 4 d_h = 128 and d^R = d_h / 2 = 16: it caches 144 numbers per token
+                     and layer where multi-head attention caches 256.
+
+Appends one record per run (variant, seed, held-out bits per character over the whole held-out
+split, parameters, cache numbers per token and layer, CPU seconds) to
+``book/data/gpt_variants.json``; a run already in the table is skipped, so the command can be
+stopped and started again. Chapters 14 and 15 read the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from d2lattn import LinearMultiHeadAttention, MultiHeadLatentAttention  # noqa: E402
+from d2lattn.gpt import GPT, GPTConfig, held_out_losses, train_lm  # noqa: E402
+from d2lattn.text import CharTokenizer, load_split  # noqa: E402
+
+OUT = ROOT / "book" / "data" / "gpt_variants.json"
+# chapter 12's Shakespeare recipe (experiments/ch12_gpt.py)
+CONFIG = dict(block_size=128, num_hiddens=128, num_heads=4, num_layers=4, ffn_num_hiddens=512)
+STEPS, BATCH, LR, WARMUP = 600, 16, 2e-3, 50
+VARIANTS = ["softmax", "softmax-learned", "linear", "gated_delta", "hybrid", "mla"]
+
+
+class SelfAttentionMLA(nn.Module):
+    """Multi-head latent attention behind the block's self-attention call."""
+
+    def __init__(self, num_hiddens: int, num_heads: int) -> None:
+        super().__init__()
+        d_h = num_hiddens // num_heads
+        self.mla = MultiHeadLatentAttention(num_hiddens, num_heads, latent_size=4 * d_h,
+                                            rope_head_size=d_h // 2)
+
+    def forward(self, queries, keys, values, valid_lens=None, *, attn_mask=None,
+                is_causal=False, kv_cache=None):
+        if valid_lens is not None or attn_mask is not None or not is_causal:
+            raise ValueError("SelfAttentionMLA supports causal self-attention only")
+        return self.mla(queries, is_causal=True, cache=kv_cache)
+
+
+def build(variant: str, vocab_size: int, seed: int) -> GPT:
+    """The model of one variant, seeded: the embedding, blocks and read-out are drawn as in
+    chapter 12; a replaced attention layer is then re-initialised as GPT initialises."""
+    learned = variant not in ("softmax", "mla")
+    core = {"linear": "linear", "gated_delta": "gated_delta"}.get(variant, "softmax")
+    config = GPTConfig(vocab_size=vocab_size, positions="learned" if learned else "rotary",
+                       attention=core, **CONFIG)
+    torch.manual_seed(seed)
+    model = GPT(config)
+    c = config
+    if variant == "hybrid":
+        for block in model.blocks[:-1]:
+            block.self_attention = LinearMultiHeadAttention(c.num_hiddens, c.num_heads,
+                                                            rule="gated_delta")
+    if variant == "mla":
+        for block in model.blocks:
+            block.self_attention = SelfAttentionMLA(c.num_hiddens, c.num_heads)
+    if variant in ("hybrid", "mla"):
+        for block in model.blocks:
+            block.self_attention.apply(model._init_weights)
+    return model
+
+
+def cache_per_token(variant: str) -> str:
+    d, h, L = CONFIG["num_hiddens"], CONFIG["num_heads"], CONFIG["num_layers"]
+    d_h = d // h
+    kv = 2 * d  # keys and values of every head
+    state = h * d_h * (d_h + 1)  # a fixed state per layer (with the normaliser)
+    return {"softmax": f"{kv} per token and layer",
+            "softmax-learned": f"{kv} per token and layer",
+            "linear": f"fixed {state} per layer",
+            "gated_delta": f"fixed {state} per layer",
+            "hybrid": f"{kv} per token in 1 of {L} layers, fixed {state} in the others",
+            "mla": f"{4 * d_h + d_h // 2} per token and layer"}[variant]
+
+
+def run(variant: str, seed: int) -> dict:
+    split = load_split("shakespeare")
+    tok = CharTokenizer(split.text)
+    train, held_out = tok.encode(split.train), tok.encode(split.held_out)
+    model = build(variant, len(tok), seed)
+    start = time.process_time()
+    losses = train_lm(model, train, STEPS, batch_size=BATCH, lr=LR, warmup=WARMUP, seed=seed)
+    cpu = time.process_time() - start
+    bits = held_out_losses(model, held_out)  # (W, T)
+    result = {"variant": variant, "seed": seed, "parameters": model.num_parameters(),
+              "held_out_bits": round(bits.mean().item(), 4),
+              "held_out_bits_by_position": [round(x, 4) for x in bits.mean(0).tolist()],
+              "final_train_loss_nats": round(sum(losses[-20:]) / 20, 4),
+              "cache": cache_per_token(variant), "cpu_seconds": round(cpu, 1)}
+    print(f"{variant:>16} seed {seed}: {result['held_out_bits']:.3f} bits/char held out, "
+          f"{cpu / 60:.1f} CPU-minutes", flush=True)
+    return result
+
+
+def load(path: Path) -> dict:
+    if path.exists():
+        return json.loads(path.read_text())
+    return {"recipe": dict(corpus="shakespeare", config=CONFIG, steps=STEPS, batch_size=BATCH,
+                           lr=LR, warmup=WARMUP),
+            "torch": torch.__version__, "runs": []}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=VARIANTS)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    for seed in args.seeds:  # seed by seed: a stopped sweep leaves every variant even
+        for variant in args.variants:
+            table = load(args.out)
+            if any(r["variant"] == variant and r["seed"] == seed for r in table["runs"]):
+                continue
+            result = run(variant, seed)
+            table = load(args.out)  # another process may have added runs meanwhile
+            table["runs"].append(result)
+            args.out.write_text(json.dumps(table, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
