@@ -16,56 +16,15 @@ exactly the table of contents' pages.
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
-from book_helpers import book_tool, toc_pages
+from book_helpers import book_tool, build_html, config_with, stub_book, toc_pages
 
 ROOT = Path(__file__).resolve().parents[1]
-
-DECOYS = [
-    ".venv/lib/python3.11/site-packages/numpy/random/LICENSE.md",
-    ".venv/lib/python3.11/site-packages/pkg/README.md",
-    "venv/lib/python3.11/site-packages/pkg/README.md",
-    "env-3.11/share/jupyter/lab/README.md",
-    "node_modules/some-package/README.md",
-    "node_modules/some-package/docs/guide.ipynb",
-    ".tox/py311/README.md",
-    ".cache/notes.md",
-    ".ipynb_checkpoints/ch1-checkpoint.ipynb",
-    "book/.ipynb_checkpoints/ch1_attention_cues-checkpoint.ipynb",
-    "book/drafts/unlisted.md",
-    "notes.md",
-]
-
-
-def _notebook(title: str) -> str:
-    cell = {"cell_type": "markdown", "metadata": {}, "source": [f"# {title}\n"]}
-    return json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
-
-
-def _stub_book(folder: Path) -> None:
-    """The book's configuration and table of contents, each page a one-line stub, and decoys."""
-    shutil.copy(ROOT / "_config.yml", folder / "_config.yml")
-    shutil.copy(ROOT / "_toc.yml", folder / "_toc.yml")
-    shutil.copytree(ROOT / "book" / "_ext", folder / "book" / "_ext")
-    shutil.copytree(ROOT / "book" / "assets", folder / "book" / "assets")
-    shutil.copy(ROOT / "book" / "references.bib", folder / "book" / "references.bib")
-    for page in toc_pages():
-        suffix = ".ipynb" if (ROOT / f"{page}.ipynb").exists() else ".md"
-        path = folder / f"{page}{suffix}"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(_notebook(page) if suffix == ".ipynb" else f"# {page}\n", encoding="utf-8")
-    for decoy in DECOYS:
-        path = folder / decoy
-        path.parent.mkdir(parents=True, exist_ok=True)
-        text = _notebook("Decoy") if decoy.endswith(".ipynb") else "# Decoy\n\nNot the book.\n"
-        path.write_text(text, encoding="utf-8")
-
 
 def _read_pages(folder: Path, *extra: str) -> list[str]:
     """Build the stub with the dummy builder; the docnames Sphinx read (one doctree each)."""
@@ -85,14 +44,14 @@ def stub(tmp_path_factory) -> Path:
     if shutil.which("jupyter-book") is None:
         pytest.skip("jupyter-book is not installed")
     folder = tmp_path_factory.mktemp("book")
-    _stub_book(folder)
+    stub_book(folder)
     return folder
 
 
 def test_english_build_reads_only_the_toc_pages(stub):
     # the HTML build without an address (as committed): only the table of contents' pages are
     # read, and no page links to a repository
-    site = _build_html(stub, _config_with(stub, ""))
+    site = build_html(stub, config_with(stub, ""))
     doctrees = stub / "_html" / "_build" / ".doctrees"
     read = sorted(p.relative_to(doctrees).with_suffix("").as_posix()
                   for p in doctrees.rglob("*.doctree"))
@@ -122,24 +81,6 @@ def test_chinese_build_reads_only_the_toc_pages(stub):
 EXAMPLE_URL = "https://github.com/example-owner/how-attention-works"
 
 
-def _build_html(folder: Path, config: Path) -> Path:
-    out = folder / "_html"
-    subprocess.run(
-        ["jupyter-book", "build", str(folder), "--path-output", str(out), "--config", str(config),
-         "-qq"],
-        check=True, cwd=folder, capture_output=True, text=True,
-    )
-    return out / "_build" / "html"
-
-
-def _config_with(folder: Path, url: str) -> Path:
-    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
-    config["repository"]["url"] = url
-    path = folder / f"_config_{'set' if url else 'unset'}.yml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False, allow_unicode=True), encoding="utf-8")
-    return path
-
-
 def test_the_repository_address_is_one_setting_and_not_invented():
     config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
     # present (Jupyter Book's default would name Jupyter Book's own repository), and empty
@@ -152,7 +93,7 @@ def test_the_repository_address_is_one_setting_and_not_invented():
 def test_every_page_links_to_its_source_when_the_address_is_set(stub):
     from urllib.parse import unquote
 
-    site = _build_html(stub, _config_with(stub, EXAMPLE_URL))
+    site = build_html(stub, config_with(stub, EXAMPLE_URL))
     sources = {p: (p + (".ipynb" if (stub / f"{p}.ipynb").exists() else ".md"))
                for p in toc_pages()}
     for page, source in sources.items():

@@ -4,7 +4,7 @@ Sphinx's search index records only which pages hold a word: every page that name
 with the chapter about it, and ties went by title, so "rotary" listed the induction-heads
 chapter (one mention) above the Transformer chapter (47). This test builds a stub of the book
 (the real configuration and extensions, each page a one-line stub, as in
-``test_book_sources.py``) in which three pages use a made-up word: one names it once and has
+``book_helpers.stub_book``) in which three pages use a made-up word: one names it once and has
 the title that sorts first, one uses it twelve times, and one has it in a heading. It checks
 the counts in the index, and the order of the results in headless Chromium: the heading first
 (Sphinx's own rule, kept), then the page that uses the word most, then the single mention.
@@ -22,8 +22,8 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+from book_helpers import build_html, config_with, notebook, stub_book
 
-from test_book_sources import _build_html, _config_with, _stub_book
 from test_site import CHROMIUM_ARGS, LOCAL_HOST, SEARCH_RESULTS, _chromium, _missing, _QuietHandler
 
 WORD = "zorbital"  # in no dictionary, so that only the three pages below hold it
@@ -32,27 +32,21 @@ MOST = "book/ch8_transformer"
 HEADING = "book/ch6_positional_encoding"
 
 
-def _notebook(*cells: str) -> str:
-    return json.dumps({"cells": [{"cell_type": "markdown", "metadata": {}, "source": [c]}
-                                 for c in cells],
-                       "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
-
-
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
     if shutil.which("jupyter-book") is None:
         pytest.skip("jupyter-book is not installed")
     folder = tmp_path_factory.mktemp("book")
-    _stub_book(folder)
+    stub_book(folder)
     # the page with one mention has the title that sorts first: Sphinx alone ranks it first
     (folder / f"{ONCE}.ipynb").write_text(
-        _notebook("# A page that names it once\n", f"An aside on {WORD} things.\n"))
+        notebook("# A page that names it once\n", f"An aside on {WORD} things.\n"))
     sentences = " ".join(f"Sentence {i} uses {WORD} again." for i in range(12))
     (folder / f"{MOST}.ipynb").write_text(
-        _notebook("# The page that uses it most\n", sentences + "\n"))
+        notebook("# The page that uses it most\n", sentences + "\n"))
     (folder / f"{HEADING}.ipynb").write_text(
-        _notebook("# Positions\n", f"## The {WORD} section\n", "Nothing more here.\n"))
-    return _build_html(folder, _config_with(folder, ""))
+        notebook("# Positions\n", f"## The {WORD} section\n", "Nothing more here.\n"))
+    return build_html(folder, config_with(folder, ""))
 
 
 def _index(site: Path) -> dict:
