@@ -7,7 +7,8 @@ and gradient clipping, over seeds.
 A small GPT (2 layers, d = 64, 2 heads, context 64) is trained on tiny Shakespeare for 80
 steps of 16 windows with AdamW and a cosine decay, at each peak learning rate of ``LRS`` and
 with each recipe of ``RECIPES``: both safeguards (a linear warm-up over 10 steps and gradients
-clipped to norm 1), or neither (the learning rate starts at its peak; no clipping). For every run the table records the training
+clipped to norm 1), neither (the learning rate starts at its peak; no clipping), or one of the
+two (``--recipes`` runs a subset). For every run the table records the training
 loss of each step (bits per character; a non-finite loss ends the run), and three summaries:
 
 * ``final``: the mean loss of the last 20 steps;
@@ -16,7 +17,8 @@ loss of each step (bits per character; a non-finite loss ends the run), and thre
   model's (the entropy of the training text's character frequencies, 4.8 bits): the model
   learned nothing beyond how common each character is.
 
-Writes ``book/data/ch12_lr_sweep.json``; rows of the seeds run are replaced, others kept.
+Writes ``book/data/ch12_lr_sweep.json``; rows of the seeds and recipes run are replaced, others
+kept.
 """
 
 from __future__ import annotations
@@ -40,7 +42,9 @@ CONFIG = dict(block_size=64, num_hiddens=64, num_heads=2, num_layers=2, ffn_num_
 STEPS, BATCH, WARMUP = 80, 16, 10
 LRS = [1e-2, 1e-1, 3e-1]
 RECIPES = {"warm-up and clipping": dict(warmup=WARMUP, clip=1.0),
-           "neither": dict(warmup=0, clip=None)}
+           "neither": dict(warmup=0, clip=None),
+           "warm-up only": dict(warmup=WARMUP, clip=None),
+           "clipping only": dict(warmup=0, clip=1.0)}
 
 
 def unigram_bits(train: torch.Tensor, V: int) -> float:
@@ -64,6 +68,7 @@ def summarize(bits: list[float], unigram: float) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--recipes", nargs="+", choices=list(RECIPES), default=list(RECIPES))
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--table", type=Path, default=TABLE, help="default: the chapter's")
     args = parser.parse_args()
@@ -74,11 +79,13 @@ def main() -> None:
     uniform = math.log2(len(tok))
     unigram = unigram_bits(train, len(tok))
     table = json.loads(args.table.read_text()) if args.table.exists() else {"runs": []}
-    runs = [r for r in table["runs"] if r["seed"] not in args.seeds]
+    runs = [r for r in table["runs"]
+            if r["seed"] not in args.seeds or r["recipe"] not in args.recipes]
     start = time.process_time()
     for seed in args.seeds:
         for lr in LRS:
-            for recipe, kw in RECIPES.items():
+            for recipe in args.recipes:
+                kw = RECIPES[recipe]
                 torch.manual_seed(seed)
                 model = GPT(GPTConfig(vocab_size=len(tok), **CONFIG))
                 nats = train_lm(model, train, STEPS, batch_size=BATCH, lr=lr, seed=seed, **kw)
@@ -91,7 +98,7 @@ def main() -> None:
                       f"{row['spike']:.2f}, failed {row['failed']}", flush=True)
     runs.sort(key=lambda r: (r["seed"], LRS.index(r["lr"]), list(RECIPES).index(r["recipe"])))
     table.update(config=CONFIG, steps=STEPS, batch_size=BATCH, warmup=WARMUP, lrs=LRS,
-                 recipes=list(RECIPES), uniform_bits=round(uniform, 4),
+                 recipes=[r for r in RECIPES if any(run["recipe"] == r for run in runs)], uniform_bits=round(uniform, 4),
                  unigram_bits=round(unigram, 4), torch=torch.__version__,
                  runs=runs)
     table["cpu_seconds_last_invocation"] = round(time.process_time() - start, 1)

@@ -19,8 +19,10 @@ seeded batches; only the attention layer, and with it the positions, changes:
                      d_c = 4 d_h = 128 and d^R = d_h / 2 = 16: it caches 144 numbers per token
                      and layer where multi-head attention caches 256.
 
-Appends one record per run (variant, seed, held-out bits per character over the whole held-out
-split, parameters, cache numbers per token and layer, CPU seconds) to
+Two processes may share a sweep (a run in progress is claimed by a hidden marker file beside the
+table). Appends one record per run (variant, seed, held-out bits per character over the whole held-out
+split and by position in the window, the training loss of every step, parameters, cache numbers
+per token and layer, CPU seconds) to
 ``book/data/gpt_variants.json``; a run already in the table is skipped, so the command can be
 stopped and started again. Chapters 14 and 15 read the table.
 """
@@ -117,7 +119,7 @@ def run(variant: str, seed: int) -> dict:
     result = {"variant": variant, "seed": seed, "parameters": model.num_parameters(),
               "held_out_bits": round(bits.mean().item(), 4),
               "held_out_bits_by_position": [round(x, 4) for x in bits.mean(0).tolist()],
-              "final_train_loss_nats": round(sum(losses[-20:]) / 20, 4),
+              "train_loss": [round(x, 4) for x in losses],  # nats, one per step
               "cache": cache_per_token(variant), "cpu_seconds": round(cpu, 1)}
     print(f"{variant:>16} seed {seed}: {result['held_out_bits']:.3f} bits/char held out, "
           f"{cpu / 60:.1f} CPU-minutes", flush=True)
@@ -145,10 +147,19 @@ def main() -> None:
             table = load(args.out)
             if any(r["variant"] == variant and r["seed"] == seed for r in table["runs"]):
                 continue
-            result = run(variant, seed)
-            table = load(args.out)  # another process may have added runs meanwhile
-            table["runs"].append(result)
-            args.out.write_text(json.dumps(table, indent=1) + "\n")
+            # a run in progress in another process (``--seeds`` lists may overlap)
+            claim = args.out.with_name(f".{args.out.stem}.{variant}.{seed}.running")
+            try:
+                claim.touch(exist_ok=False)
+            except FileExistsError:
+                continue
+            try:
+                result = run(variant, seed)
+                table = load(args.out)  # another process may have added runs meanwhile
+                table["runs"].append(result)
+                args.out.write_text(json.dumps(table, indent=1) + "\n")
+            finally:
+                claim.unlink()
 
 
 if __name__ == "__main__":
