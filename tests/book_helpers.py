@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 from types import ModuleType
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,6 +65,15 @@ def notebook(*cells: str) -> str:
     return json.dumps({"cells": [{"cell_type": "markdown", "metadata": {}, "source": [c]}
                                  for c in cells],
                        "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+
+
+def new_stub_book(tmp_path_factory) -> Path:
+    """A fresh folder holding :func:`stub_book`; skips the test without ``jupyter-book``."""
+    if shutil.which("jupyter-book") is None:
+        pytest.skip("jupyter-book is not installed")
+    folder = tmp_path_factory.mktemp("book")
+    stub_book(folder)
+    return folder
 
 
 def stub_book(folder: Path) -> None:

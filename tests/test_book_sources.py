@@ -16,13 +16,12 @@ exactly the table of contents' pages.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
-from book_helpers import book_tool, build_html, config_with, stub_book, toc_pages
+from book_helpers import book_tool, build_html, config_with, new_stub_book, toc_pages
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,11 +40,7 @@ def _read_pages(folder: Path, *extra: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def stub(tmp_path_factory) -> Path:
-    if shutil.which("jupyter-book") is None:
-        pytest.skip("jupyter-book is not installed")
-    folder = tmp_path_factory.mktemp("book")
-    stub_book(folder)
-    return folder
+    return new_stub_book(tmp_path_factory)
 
 
 def test_english_build_reads_only_the_toc_pages(stub):

@@ -16,13 +16,12 @@ from __future__ import annotations
 import functools
 import http.server
 import json
-import shutil
 import threading
 from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from book_helpers import build_html, config_with, notebook, stub_book
+from book_helpers import build_html, config_with, new_stub_book, notebook
 
 from test_site import CHROMIUM_ARGS, LOCAL_HOST, SEARCH_RESULTS, _chromium, _missing, _QuietHandler
 
@@ -34,10 +33,7 @@ HEADING = "book/ch6_positional_encoding"
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
-    if shutil.which("jupyter-book") is None:
-        pytest.skip("jupyter-book is not installed")
-    folder = tmp_path_factory.mktemp("book")
-    stub_book(folder)
+    folder = new_stub_book(tmp_path_factory)
     # the page with one mention has the title that sorts first: Sphinx alone ranks it first
     (folder / f"{ONCE}.ipynb").write_text(
         notebook("# A page that names it once\n", f"An aside on {WORD} things.\n"))
