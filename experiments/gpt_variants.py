@@ -24,7 +24,9 @@ table). Appends one record per run (variant, seed, held-out bits per character o
 split and by position in the window, the training loss of every step, parameters, cache numbers
 per token and layer, CPU seconds) to
 ``book/data/gpt_variants.json``; a run already in the table is skipped, so the command can be
-stopped and started again. Chapters 14 and 15 read the table.
+stopped and started again. The table's ``torch`` is the version the runs were made with; a run
+merged from another machine or version names its own in the run's ``torch``. Chapters 14 and 15
+read the table.
 """
 
 from __future__ import annotations
