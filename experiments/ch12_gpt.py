@@ -12,7 +12,9 @@ first steps live and checks them against the curve stored here.
 The default budget is about four CPU-minutes per corpus on one thread (the ``STEPS`` below);
 ``--steps`` and ``--batch-size`` scale it, ``--device cuda`` runs it on a GPU (the windows are
 drawn on the CPU from the same seed, so the batches are the same). ``--seeds 0 1 2`` trains one
-model per seed (files of seeds other than 0 get the suffix ``_seed<k>``).
+model per seed (files of seeds other than 0 get the suffix ``_seed<k>`` and are not committed;
+every run, seed 0 too, also adds its row to ``book/data/ch12_gpt_seeds.json``, the table of
+held-out bits per seed that the chapter compares with the n-gram models).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from d2lattn.gpt import GPT, GPTConfig, held_out_losses, train_lm  # noqa: E402
 from d2lattn.text import CharTokenizer, load_split  # noqa: E402
 
 OUT = Path(__file__).resolve().parent.parent / "book" / "data"
+SEEDS = OUT / "ch12_gpt_seeds.json"  # one row per corpus and seed: the comparisons over seeds
 
 # The chapter's recipes (keep in sync with the notebook's RECIPES cell)
 RECIPES = {
@@ -97,10 +100,23 @@ def run(corpus: str, seed: int, device: str, steps: int, batch_size: int) -> dic
         "torch": torch.__version__,
     }
     (OUT / f"ch12_gpt_{corpus}{suffix}.json").write_text(json.dumps(result) + "\n")
+    record_seed(result)
     print(f"{corpus} seed {seed}: {result['held_out_bits']:.3f} bits/char held out "
           f"({result['held_out_bits_float16']:.3f} with float16 weights), "
           f"{cpu_train / 60:.1f} CPU-minutes", flush=True)
     return result
+
+
+def record_seed(result: dict) -> None:
+    """Adds (or replaces) the run's row in the table of seeds, ``ch12_gpt_seeds.json``."""
+    keys = ("corpus", "seed", "device", "steps", "batch_size", "parameters",
+            "cpu_seconds_training", "held_out_bits", "held_out_bits_float16", "torch")
+    table = json.loads(SEEDS.read_text()) if SEEDS.exists() else {"rows": []}
+    row = {k: result[k] for k in keys}
+    table["rows"] = [r for r in table["rows"]
+                     if (r["corpus"], r["seed"]) != (row["corpus"], row["seed"])] + [row]
+    table["rows"].sort(key=lambda r: (r["corpus"], r["seed"]))
+    SEEDS.write_text(json.dumps(table, indent=1) + "\n")
 
 
 def main() -> None:

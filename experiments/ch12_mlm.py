@@ -17,8 +17,8 @@ the held-out text at two jobs:
 
 Writes ``book/data/ch12_mlm_shakespeare.pt`` (seed 0; float16 weights and config) and
 ``book/data/ch12_mlm.json`` (one row per seed: held-out bits per character of both models at
-both jobs, CPU time). Seeds other than 0 need the GPT checkpoint of that seed
-(``experiments/ch12_gpt.py --seeds k``).
+both jobs, CPU time; a row merged from another machine or torch version names its torch).
+Seeds other than 0 need the GPT checkpoint of that seed (``experiments/ch12_gpt.py --seeds k``).
 """
 
 from __future__ import annotations
