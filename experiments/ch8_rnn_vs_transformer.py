@@ -22,8 +22,9 @@ chapter's budget and the chosen rate, under ``loss_curves``: the chapter plots t
 from the table next to the Transformer it trains live.
 
 ``--seeds`` adds fresh seeds to the test settings (2-4) of an existing table; the book's table
-holds seeds 0..4 (those the chapter's prose was first written from) and, at 300 steps, 5 and 6
-(added after).
+holds seeds 0..4 (those the chapter's prose was first written from) and 5..9 (added after:
+5 and 6 at 300 steps first, then 7..9 at 300 steps and 5..9 at 1200 steps, with
+``--seeds 5 6 7 8 9``).
 """
 
 from __future__ import annotations
