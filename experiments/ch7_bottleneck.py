@@ -4,7 +4,8 @@ Sources hold 1 to 4 CLDR dates in mixed locales and formats (``d2lattn.make_mult
 the target is the list of ISO dates. Per seed: a GRU encoder-decoder without attention (the
 decoder sees only the encoder's last state) against the same model with 4-head attention, at
 the chapter's budget (400 steps) and at 4x that budget, the model without attention also at 2x
-and 8x (one run evaluated at every budget on its way) and with a state twice as large
+and 8x (one run evaluated at every budget on its way; the book's table adds 16x and 32x on
+seeds 5 to 9, see ``experiments/tables/README.md``) and with a state twice as large
 (H = 128); and, at the chapter's budget, the two placements of the query with the same
 attention layer: after the decoder's step ("multi-head", "dot") or before it, as Bahdanau et
 al. ("bahdanau" with 4 heads, "bahdanau-dot" with the scaled dot product). Writes
