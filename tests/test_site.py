@@ -874,11 +874,13 @@ def test_chinese_citations_and_interface(site):
     assert titles == []
 
 
+# Sphinx adds the results one at a time (a 5 ms timer between them) and writes the summary
+# ("Search finished, found ...") after the last; on a busy machine the first results can be
+# on the page long before the rest, so the list is read once the summary is there.
 SEARCH_RESULTS = """async () => {
-  for (let i = 0; i < 200; i++) {
+  for (let i = 0; i < 600; i++) {
     const summary = document.querySelector('#search-results .search-summary, #search-results p');
-    const items = document.querySelectorAll('#search-results ul.search li');
-    if (items.length || (summary && summary.textContent.trim())) break;
+    if (summary && summary.textContent.trim()) break;
     await new Promise(r => setTimeout(r, 50));
   }
   return [...document.querySelectorAll('#search-results ul.search li a')].map(a => a.getAttribute('href'));
