@@ -625,6 +625,56 @@ def check_diagnostic_time_axis(out: Tensor, B: int, T: int, what: str) -> None:
                          f"{tuple(out.shape)}")
 
 
+def check_diagnostic_call(input_name: object, mask_name: object, kwargs: object,
+                          output: object) -> None:
+    """How a diagnostic calls the model: ``input_name`` and ``mask_name`` None or a keyword's
+    name, ``kwargs`` None or a mapping with string keys, ``output`` None, an int, a str or a
+    callable (d2lattn.diagnostics)."""
+    for name, value in (("input_name", input_name), ("mask_name", mask_name)):
+        if value is not None and (not isinstance(value, str) or not value.isidentifier()):
+            raise ValueError(f"{name} must be None or a keyword argument's name, got {value!r}")
+    if kwargs is not None and (not hasattr(kwargs, "items")
+                               or not all(isinstance(k, str) for k in kwargs)):
+        raise ValueError(f"kwargs must be None or a dict of keyword arguments, got "
+                         f"{type(kwargs).__name__}")
+    if kwargs is not None:
+        for name in (input_name, mask_name):
+            if name is not None and name in kwargs:
+                raise ValueError(f"kwargs must not hold {name!r}: the check passes it itself")
+    if not (output is None or callable(output) or isinstance(output, str)
+            or (isinstance(output, int) and not isinstance(output, bool))):
+        raise ValueError(f"output must be None, an index, a key or attribute name, or a "
+                         f"function of the model's output, got {output!r}")
+
+
+def check_diagnostic_pad_id(inputs: Tensor, padding: Tensor, pad_id: object) -> None:
+    """``pad_id``: None, or an int that every padded position of the token ids ``inputs``
+    holds (``padding``: bool ``(B, T)``, True = padded) (d2lattn.diagnostics)."""
+    if pad_id is None:
+        return
+    if isinstance(pad_id, bool) or not isinstance(pad_id, int):
+        raise ValueError(f"pad_id must be None or an int, got {pad_id!r}")
+    if inputs.is_floating_point():
+        raise ValueError("pad_id needs (B, T) integer token ids as inputs, got floats")
+    if not bool((inputs[padding.to(inputs.device)] == pad_id).all()):
+        raise ValueError(f"with pad_id = {pad_id}, every padded position (at or after "
+                         "valid_lens) must hold the pad id")
+
+
+def check_diagnostic_batch(inputs: Tensor) -> None:
+    """At least two sequences: a model that mixes the batch is invisible at B = 1
+    (d2lattn.diagnostics)."""
+    if inputs.shape[0] < 2:
+        raise ValueError(f"inputs must hold B >= 2 sequences for a batch to be mixed, got "
+                         f"shape {tuple(inputs.shape)}")
+
+
+def check_diagnostic_prefix(prefix: object) -> None:
+    """``prefix``: None or a bool (d2lattn.diagnostics.check_causal)."""
+    if prefix is not None and not isinstance(prefix, bool):
+        raise ValueError(f"prefix must be None, True or False, got {prefix!r}")
+
+
 def check_layer_and_head(layer: object, head: object, num_layers: int, num_heads: int) -> None:
     """Raise ``ValueError`` unless ``layer`` is an int in [0, num_layers) and ``head`` one in
     [0, num_heads) (the head read by d2lattn.circuits' OV and QK circuits)."""

@@ -1,63 +1,99 @@
 """Checks that find the classic attention bugs in any model: a verdict you can print.
 
 Each check takes a model (an ``nn.Module`` or any callable) and example inputs, runs the model
-on the inputs and on a changed copy of them, and compares what must not move:
+on the inputs and on changed copies of them, and compares what must not move:
 
-==================================  ==============================================================
-``check_causal``                    the output at position t ignores the inputs after t
-``check_padding``                   outputs at valid positions ignore what the padding holds
-``check_permutation_equivariance``  permuting the input positions permutes the outputs alike
-``check_kv_cache``                  decoding with a cache gives the outputs of recomputation
-``check_finite``                    outputs and gradients are finite (fully masked rows, NaN)
-``check_attention_weights``         weights are non-negative and sum to one over the keys
-==================================  ==============================================================
+====================================  ============================================================
+``check_causal``                      the output at position t ignores the inputs after t, and
+                                      does not depend on how long the sequence is
+``check_padding``                     outputs at valid positions ignore the padding: a sequence
+                                      run alone, unpadded, gets the outputs of its padded batch
+``check_batch_independence``          each sequence's outputs ignore the other sequences
+``check_permutation_equivariance``    permuting the input positions permutes the outputs alike
+``check_kv_cache``                    decoding with a cache gives the outputs of recomputation
+``check_finite``                      outputs and gradients are finite (fully masked rows, NaN)
+``check_attention_weights``           weights are non-negative and sum to one over the keys
+====================================  ============================================================
 
 Every check returns a :class:`CheckResult`: ``bool(result)`` is the verdict, ``result.message``
-says what was changed, what moved, by how much and where (the first position that leaked, the
-largest deviation).
+says what was changed, what moved, by how much and where (the first position that leaked), and
+for a pass too the largest deviation, so that a near miss shows. Messages come in lines of at
+most 88 characters.
 
 How the checks keep out of the way (the same for all of them):
 
-- **Deterministic.** By default every submodule is put in eval mode for the check (dropout off,
-  BatchNorm on its running statistics), and PyTorch's global random generator is reseeded with
-  ``seed`` before every call of the model, so a function that draws random numbers draws the
-  same ones each time. ``mode="train"`` puts every submodule in training mode instead (to catch
-  what only training does, such as BatchNorm's batch statistics), with the same reseeding, so
-  dropout draws the same mask in every call. The changed inputs come from a separate generator
-  seeded with ``seed``. The global generator's state is restored afterwards.
+- **Deterministic.** By default every module the model calls is put in eval mode for the check
+  (dropout off, BatchNorm on its running statistics): the module you pass (or the model, if it
+  is one), and any other module the moment it is first called (a global forward pre-hook finds
+  the modules a plain function calls). Before every call of the model, PyTorch's generators
+  (CPU and CUDA), numpy's global generator and Python's ``random`` are reseeded with ``seed``,
+  so a function that draws random numbers draws the same ones each time. ``mode="train"`` puts
+  the modules in training mode instead (to catch what only training does, such as BatchNorm's
+  batch statistics); dropout then draws masks by the shape of the tensor, so runs on shorter
+  inputs draw other masks (see ``check_causal``'s ``prefix`` and ``check_kv_cache``). The
+  changed inputs come from a separate generator, on the inputs' device. If the model calls no
+  ``nn.Module`` at all, the message says so instead of naming a mode.
 - **Nothing changes.** Parameters, buffers (BatchNorm's running statistics), gradients and the
-  train/eval flag of every submodule are as the check found them; the caller's tensors are
-  never written to (the check changes copies). The model runs under ``torch.no_grad()``
-  (``check_finite`` computes gradients with ``torch.autograd.grad``, which accumulates nothing
-  into ``.grad``).
-- **Tolerance suited to the dtype.** Two outputs agree when they differ by at most
-  ``rtol * max(1, max |output|)``, with ``rtol`` 1e-10 in float64, 1e-5 in float32, 2e-3 in
-  float16 and 1.6e-2 in bfloat16 (the last two after torch.testing's defaults); ``tolerance=``
-  sets an absolute tolerance instead. A leak in a model at initialisation moves outputs by
-  a fair fraction of their size, far above these.
+  train/eval flag of every submodule of every module held are as the check found them; the
+  generators' states (torch's on the CPU and on the inputs' CUDA device, numpy's, Python's)
+  are restored. Every call gets fresh copies of the inputs, so a model that writes into its
+  input changes neither the caller's tensors nor the next run. The model runs under
+  ``torch.no_grad()`` (``check_finite`` computes gradients with ``torch.autograd.grad``, which
+  accumulates nothing into ``.grad``).
+- **Tolerance suited to the dtype, position by position.** Two outputs at a position agree
+  when they differ by at most ``rtol * max(1, s)``, where ``s`` is the largest finite
+  ``|output|`` of the reference run *at that position* (so a sentinel such as ``-1e9`` at one
+  position widens no other position's tolerance), with ``rtol`` 1e-10 in float64, 1e-5 in
+  float32, 2e-3 in float16 and 1.6e-2 in bfloat16 (the last two after torch.testing's
+  defaults); integer outputs must be equal. ``tolerance=`` sets one absolute tolerance instead.
+  NaN or an infinity in a changed run where the reference is finite counts as an infinite
+  deviation. A leak in a model at initialisation moves outputs by a fair fraction of their
+  size, far above these tolerances.
 
-A plain function has no modules the check can see: pass the module it calls as ``module=`` to
-have it held still in the same way (a bound method of a module is recognised by itself).
+**Calling the model.** By default the inputs are the model's first positional argument and
+its output is a tensor or a tuple whose first element is one (``(logits, loss)``). Options
+shared by the checks that call a model: ``input_name="input_ids"`` passes the inputs as that
+keyword instead; ``kwargs={...}`` adds keyword arguments to every call (values that do not
+depend on the batch or the positions, e.g. ``{"use_cache": False}``); ``output=`` selects the
+tensor from what the model returns: a key or attribute name (``"logits"``,
+``"last_hidden_state"`` of a Hugging Face ``ModelOutput``), an index, or a function. Checks that
+pass the padding take ``mask_name="attention_mask"``: the padding is then passed as that
+keyword, a ``(B, T)`` int64 mask of 1 (valid) and 0 (padding), Hugging Face's convention,
+instead of ``valid_lens`` as the second positional argument.
+
+**What a pass means.** A check tests the model on the inputs it is given, with the changes it
+makes: a pass says that those changes moved nothing beyond the tolerance. It does not prove the
+property for other inputs, lengths, dtypes or modes: a leak that appears only for sequences
+longer than the example, for some tokens, or only in training mode needs inputs (and a mode)
+that reach it.
 
 Source: the bugs readers report in the issue trackers of widely read attention code (causal
 masks missing or off by one, padding leaking, heads split without a transpose, KV caches that
-disagree with recomputation, NaN from fully masked rows); book chapter "When attention goes
-wrong".
+disagree with recomputation, NaN from fully masked rows); prefix and per-sequence tests as in
+pangolinn; book chapter "When attention goes wrong".
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import random
+import textwrap
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
+import numpy as np
 import torch
 from torch import Tensor, nn
+from torch.nn.modules.module import register_module_forward_pre_hook
 
-from ._checks import (check_diagnostic_inputs as _check_inputs,
+from ._checks import (check_diagnostic_batch as _check_batch,
+                      check_diagnostic_call as _check_call,
+                      check_diagnostic_inputs as _check_inputs,
                       check_diagnostic_model as _check_model,
                       check_diagnostic_options as _check_options,
+                      check_diagnostic_pad_id as _check_pad_id,
+                      check_diagnostic_prefix as _check_prefix,
                       check_diagnostic_time_axis as _check_time_axis,
                       check_diagnostic_valid_lens as _check_valid_lens,
                       check_diagnostic_vocab as _check_vocab, is_integer_dtype as _is_integer)
@@ -65,6 +101,7 @@ from ._checks import (check_diagnostic_inputs as _check_inputs,
 __all__ = [
     "CheckResult",
     "check_attention_weights",
+    "check_batch_independence",
     "check_causal",
     "check_finite",
     "check_kv_cache",
@@ -73,10 +110,24 @@ __all__ = [
 ]
 
 #: A model: an ``nn.Module`` or any callable returning a tensor (or a tuple whose first element
-#: is the tensor, as ``(logits, loss)``).
+#: is the tensor, as ``(logits, loss)``, or a dict / ``ModelOutput`` read with ``output=``).
 Model = Callable[..., Any]
 
+#: Output selector: ``None`` (the tensor, or a tuple's first element), a key or attribute name,
+#: an index, or a function of the model's output.
+Output = Union[None, int, str, Callable[[Any], Tensor]]
+
 _RTOL = {torch.float64: 1e-10, torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+
+#: Messages are wrapped to this width (book pages cut longer lines).
+LINE_WIDTH = 88
+
+
+def _wrap(text: str) -> str:
+    """``text`` in lines of at most :data:`LINE_WIDTH` characters (never broken at a hyphen, so
+    that ``1.0e-05`` stays whole)."""
+    return textwrap.fill(" ".join(text.split()), width=LINE_WIDTH, break_on_hyphens=False,
+                         break_long_words=True)
 
 
 @dataclass(frozen=True)
@@ -86,10 +137,13 @@ class CheckResult:
     Attributes:
         name: the check, e.g. ``"check_causal"``.
         passed: the verdict.
-        message: one or two sentences: what was changed, what moved, by how much and where.
-        max_deviation: the largest deviation measured (0.0 when nothing could move; ``nan``
-            when the outputs were not finite).
-        tolerance: the largest deviation allowed.
+        message: what was changed, what moved, by how much and where, in lines of at most 88
+            characters (``str(result)`` too).
+        max_deviation: the deviation closest to failing: where the tolerance is the same at
+            every position (the usual case, and always with ``tolerance=``), the largest
+            deviation measured; ``inf`` where a changed run gave NaN or an infinity; ``nan``
+            when the reference outputs were not finite.
+        tolerance: the largest deviation allowed where ``max_deviation`` was measured.
         first_position: the first position that failed (a leaking position, a step of the
             cache, a non-finite position), or ``None`` if none did.
         details: check-specific extras, e.g. ``"deviations"``, one number per position.
@@ -108,11 +162,14 @@ class CheckResult:
     first_position: Optional[int] = None
     details: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "message", _wrap(self.message))
+
     def __bool__(self) -> bool:
         return self.passed
 
     def __str__(self) -> str:
-        return f"{self.name}: {'PASSED' if self.passed else 'FAILED'}. {self.message}"
+        return _wrap(f"{self.name}: {'PASSED' if self.passed else 'FAILED'}. {self.message}")
 
     def __repr__(self) -> str:
         return f"<{self}>"
@@ -126,6 +183,8 @@ def _fmt(x: float) -> str:
         return "0"
     if math.isnan(x):
         return "nan"
+    if math.isinf(x):
+        return "inf (NaN or an infinity)"
     return f"{x:.1e}"
 
 
@@ -156,60 +215,192 @@ def _find_module(model: Model, module: Optional[nn.Module]) -> Optional[nn.Modul
     return owner if isinstance(owner, nn.Module) else None
 
 
-@contextlib.contextmanager
-def _held_still(module: Optional[nn.Module], mode: str, device: torch.device) -> Iterator[None]:
-    """Run a check with ``module`` in ``mode``, then put back its state exactly as it was."""
-    flags: List[Tuple[nn.Module, bool]] = []
-    saved: List[Tuple[Tensor, Tensor]] = []
-    grads: List[Tuple[Tensor, Optional[Tensor]]] = []
-    if module is not None:
-        flags = [(m, m.training) for m in module.modules()]
-        tensors = [t for _, t in module.named_parameters()] + [t for _, t in module.named_buffers()]
-        saved = [(t, t.detach().clone()) for t in tensors]
-        grads = [(p, None if p.grad is None else p.grad.detach().clone())
-                 for p in module.parameters()]
-    devices = [device] if device.type == "cuda" else []
-    try:
-        with torch.random.fork_rng(devices=devices):
-            if module is not None:
-                module.train(mode == "train")
-            yield
-    finally:
+class _Held:
+    """The modules a check holds still, with their state as the check found it."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.ids: set = set()  # every submodule held
+        self.roots: List[nn.Module] = []
+        self.flags: List[Tuple[nn.Module, bool]] = []
+        self.saved: List[Tuple[Tensor, Tensor]] = []
+        self.grads: List[Tuple[Tensor, Optional[Tensor]]] = []
+        self._tensors: set = set()
+
+    def hold(self, module: nn.Module) -> None:
+        """Save the state of ``module`` and its submodules, then set their mode."""
+        if id(module) in self.ids:
+            return
+        self.roots.append(module)
+        for m in module.modules():
+            if id(m) in self.ids:
+                continue
+            self.ids.add(id(m))
+            self.flags.append((m, m.training))
+            for t in list(m.parameters(recurse=False)) + list(m.buffers(recurse=False)):
+                if t is None or id(t) in self._tensors:
+                    continue
+                self._tensors.add(id(t))
+                self.saved.append((t, t.detach().clone()))
+                if isinstance(t, nn.Parameter):
+                    self.grads.append((t, None if t.grad is None else t.grad.detach().clone()))
+        module.train(self.mode == "train")
+
+    def describe(self, dtype: torch.dtype, seed: int) -> str:
+        """The conditions of the run, in words: dtype, mode (only if a module was held), seed."""
+        if self.roots:
+            return f"{dtype} inputs, {self.mode} mode, seed {seed}"
+        return f"{dtype} inputs, no nn.Module called so no mode set, seed {seed}"
+
+    def restore(self) -> None:
         with torch.no_grad():
-            for t, copy in saved:
-                if not torch.equal(t, copy):
+            for t, copy in self.saved:
+                if t.shape == copy.shape and not torch.equal(t, copy):
                     t.copy_(copy)
-        for p, g in grads:
+        for p, g in self.grads:
             if g is None:
                 p.grad = None
             elif p.grad is None or not torch.equal(p.grad, g):
                 p.grad = g
-        for m, training in flags:
+        for m, training in self.flags:
             m.training = training
 
 
-def _runner(model: Model, seed: int, B: int) -> Callable[..., Tensor]:
-    """Call the model with the generator reseeded; return its output tensor."""
+@contextlib.contextmanager
+def _held_still(module: Optional[nn.Module], mode: str, device: torch.device) -> Iterator[_Held]:
+    """Run a check with ``module`` (and every module called while it runs) in ``mode``, then
+    put back their state, and the generators' (torch's, numpy's, Python's), exactly as they
+    were. Yields the :class:`_Held` record (which modules were held)."""
+    held = _Held(mode)
+    if module is not None:
+        held.hold(module)
 
-    def run(*args: Any) -> Tensor:
-        torch.manual_seed(seed)
-        out = model(*args)
+    def on_call(called: nn.Module, args: Any) -> None:  # a module the model calls: hold it
+        held.hold(called)
+
+    handle = register_module_forward_pre_hook(on_call)
+    devices = []
+    if device.type == "cuda":
+        devices = [device.index if device.index is not None else torch.cuda.current_device()]
+    numpy_state, python_state = np.random.get_state(), random.getstate()
+    try:
+        with torch.random.fork_rng(devices=devices):
+            yield held
+    finally:
+        handle.remove()
+        held.restore()
+        np.random.set_state(numpy_state)
+        random.setstate(python_state)
+
+
+def _copy(value: Any) -> Any:
+    """A fresh copy of a tensor (so the model may write into it), anything else as it is."""
+    return value.clone() if isinstance(value, Tensor) else value
+
+
+def _select(out: Any, output: Output) -> Any:
+    """The tensor ``output`` selects from the model's return value."""
+    if output is None:
         if isinstance(out, (tuple, list)) and out and isinstance(out[0], Tensor):
-            out = out[0]  # (logits, loss) and the like: the first element
-        if not isinstance(out, Tensor) or out.dim() < 1 or out.shape[0] != B:
+            return out[0]  # (logits, loss) and the like: the first element
+        if isinstance(out, Mapping):
+            raise ValueError(f"model returned a {type(out).__name__} with keys "
+                             f"{list(out.keys())}: pass output= to choose one, e.g. "
+                             f"output={next(iter(out.keys()), 'logits')!r}")
+        return out
+    if callable(output):
+        return output(out)
+    if isinstance(output, str):
+        if isinstance(out, Mapping) and output in out:
+            return out[output]
+        if hasattr(out, output):
+            return getattr(out, output)
+        raise ValueError(f"output={output!r}: the model's {type(out).__name__} has no such key "
+                         "or attribute")
+    return out[output]
+
+
+def _runner(model: Model, seed: int, B: Optional[int] = None, *, input_name: Optional[str] = None,
+            kwargs: Optional[Mapping[str, Any]] = None,
+            output: Output = None) -> Callable[..., Tensor]:
+    """``run(x, *args, **keywords)``: call the model on fresh copies of its arguments with every
+    generator reseeded; return its output tensor, checked to have ``x.shape[0]`` sequences."""
+
+    def run(x: Tensor, *args: Any, **keywords: Any) -> Tensor:
+        torch.manual_seed(seed)  # the CPU and every CUDA device
+        np.random.seed(seed % 2**32)
+        random.seed(seed)
+        extra = {k: _copy(v) for k, v in (kwargs or {}).items()}
+        extra.update({k: _copy(v) for k, v in keywords.items()})
+        if input_name is None:
+            out = model(_copy(x), *map(_copy, args), **extra)
+        else:
+            out = model(*map(_copy, args), **{input_name: _copy(x)}, **extra)
+        out = _select(out, output)
+        n = x.shape[0]
+        if not isinstance(out, Tensor) or out.dim() < 1 or out.shape[0] != n:
             got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
-            raise ValueError(f"model must return a tensor of shape (B = {B}, ...), got {got}")
+            raise ValueError(f"model must return a tensor of shape (B = {n}, ...), got {got}")
         return out
 
     return run
 
 
-def _tolerance(reference: Tensor, tolerance: Optional[float]) -> float:
+def _per_position(values: Tensor, time_axis: bool) -> Tensor:
+    """The largest of ``values`` at each position, ``(B, T)`` (or each sequence, ``(B,)``)."""
+    if time_axis:
+        return values.flatten(2).amax(dim=2) if values.dim() >= 3 else values
+    return values.flatten(1).amax(dim=1) if values.dim() >= 2 else values
+
+
+def _tolerances(reference: Tensor, tolerance: Optional[float], time_axis: bool = True) -> Tensor:
+    """The tolerance at each position ``(B, T)`` (or sequence ``(B,)``), float64: ``tolerance``
+    if given, else ``rtol * max(1, largest finite |reference| there)``."""
+    a = reference.detach().double().abs()
+    shape = a.shape[:2] if time_axis else a.shape[:1]
     if tolerance is not None:
-        return float(tolerance)
-    rtol = _RTOL.get(reference.dtype, 1e-5)  # an integer output: any change is a change
-    scale = float(reference.detach().abs().max()) if reference.numel() else 0.0
-    return rtol * max(1.0, scale)
+        return torch.full(shape, float(tolerance), dtype=torch.float64, device=a.device)
+    if not reference.is_floating_point():
+        return torch.zeros(shape, dtype=torch.float64, device=a.device)  # integers: equal
+    rtol = _RTOL.get(reference.dtype, 1e-5)
+    a = torch.where(torch.isfinite(a), a, torch.zeros_like(a))
+    return rtol * _per_position(a, time_axis).clamp(min=1.0)
+
+
+def _deviations(a: Tensor, b: Tensor, time_axis: bool = True) -> Tensor:
+    """``max |a - b|`` at each position ``(B, T)`` (or sequence ``(B,)``), float64; equal
+    values (infinities too) differ by 0, NaN or an infinity against anything else by inf."""
+    if a.shape != b.shape:
+        raise ValueError(f"the model's outputs changed shape between runs: {tuple(b.shape)} "
+                         f"and {tuple(a.shape)}")
+    a, b = a.detach().double(), b.detach().double()
+    diff = torch.where(a == b, torch.zeros_like(a), (a - b).abs())
+    diff = torch.where(torch.isnan(diff), torch.full_like(diff, math.inf), diff)
+    return _per_position(diff, time_axis)
+
+
+def _ratio(dev: Tensor, tol: Tensor) -> Tensor:
+    """``dev / tol`` (> 1 fails), with 0 / 0 = 0 and x / 0 = inf."""
+    safe = torch.where(tol > 0, tol, torch.ones_like(tol))
+    return torch.where(tol > 0, dev / safe, torch.where(dev > 0, math.inf, 0.0))
+
+
+def _nearest(dev: Tensor, tol: Tensor) -> Tuple[Tuple[int, ...], float, float]:
+    """Where the deviation comes closest to (or goes furthest past) its tolerance: the index,
+    the deviation and the tolerance there."""
+    ratio = _ratio(dev, tol)
+    if not bool((ratio > 0).any()):
+        flat = int(tol.flatten().argmin())
+    else:
+        flat = int(ratio.flatten().argmax())
+    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), dev.shape))
+    return index, float(dev[index]), float(tol[index])
+
+
+def _largest(dev: Tensor, tol: Tensor) -> str:
+    """``"the largest deviation is 3.1e-07 (tolerance 1.0e-05)"``."""
+    _, d, t = _nearest(dev, tol)
+    return f"the largest deviation is {_fmt(d)} (tolerance {_fmt(t)})"
 
 
 def _perturbed(inputs: Tensor, where: Tensor, generator: torch.Generator,
@@ -230,26 +421,16 @@ def _perturbed(inputs: Tensor, where: Tensor, generator: torch.Generator,
     return torch.where(where, (inputs + shift) % V, inputs)  # a different id at every such place
 
 
-def _describe_run(inputs: Tensor, mode: str, seed: int) -> str:
-    return f"{inputs.dtype} inputs, {mode} mode, generator seeded {seed}"
-
-
 def _non_finite(out: Tensor) -> Optional[str]:
     """Where ``out`` (B, T, ...) or (B, ...) is not finite, in words; None if it all is."""
     bad = ~torch.isfinite(out)
     if not bool(bad.any()):
         return None
-    b = int(bad.flatten(1).any(dim=1).nonzero()[0])
+    b = int(bad.flatten(1).any(dim=1).nonzero()[0]) if out.dim() >= 2 else int(bad.nonzero()[0])
     if out.dim() >= 2:
         per_pos = bad[b].flatten(1).any(dim=1) if out.dim() >= 3 else bad[b]
         return f"sequence {b}, {_positions(per_pos.nonzero().flatten().tolist())}"
     return f"sequence {b}"
-
-
-def _position_deviation(a: Tensor, b: Tensor) -> Tensor:
-    """``max |a - b|`` over everything but the first two axes: ``(B, T)``, float64."""
-    diff = (a.double() - b.double()).abs()
-    return diff.flatten(2).amax(dim=2) if diff.dim() >= 3 else diff
 
 
 def _not_finite_result(name: str, where: str, tol: float, what: str) -> CheckResult:
@@ -258,57 +439,86 @@ def _not_finite_result(name: str, where: str, tol: float, what: str) -> CheckRes
                        float("nan"), tol)
 
 
+def _lengths_argument(lens: Tensor, T: int, device: torch.device,
+                      mask_name: Optional[str]) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
+    """How the padding reaches the model: ``valid_lens`` as the second positional argument,
+    or a ``(B, T)`` int64 mask of 1 (valid) and 0 (padding) as the keyword ``mask_name``."""
+    if mask_name is None:
+        return (lens.clone(),), {}
+    keep = torch.arange(T, device=device)[None, :] < lens.to(device)[:, None]
+    return (), {mask_name: keep.long()}
+
+
 # --- the checks -------------------------------------------------------------------------------
 
 def _reference_run(run: Callable[..., Tensor], args: Tuple[Any, ...], B: int, T: int, name: str,
                    tolerance: Optional[float], what: str = "The outputs"
-                   ) -> Tuple[Tensor, float, Optional[CheckResult]]:
-    """The run the other runs are compared with: its outputs ``(B, T, ...)``, the tolerance, and
-    the failed result to return when those outputs are not finite (``None`` when they are)."""
+                   ) -> Tuple[Tensor, Tensor, Optional[CheckResult]]:
+    """The run the other runs are compared with: its outputs ``(B, T, ...)``, the tolerance at
+    each position ``(B, T)``, and the failed result to return when those outputs are not finite
+    (``None`` when they are)."""
     reference = run(*args)
     _check_time_axis(reference, B, T, name)
-    tol = _tolerance(reference, tolerance)
+    tol = _tolerances(reference, tolerance)
     where = _non_finite(reference)
-    failed = None if where is None else _not_finite_result(name, where, tol, what)
+    failed = None if where is None else _not_finite_result(name, where, float(tol.min()), what)
     return reference, tol, failed
 
 
 def check_causal(model: Model, inputs: Tensor, *, mode: str = "eval",
                  tolerance: Optional[float] = None, seed: int = 0,
                  vocab_size: Optional[int] = None,
-                 module: Optional[nn.Module] = None) -> CheckResult:
-    r"""Check that the output at every position t is unchanged when the inputs after t change.
+                 module: Optional[nn.Module] = None, prefix: Optional[bool] = None,
+                 input_name: Optional[str] = None, kwargs: Optional[Mapping[str, Any]] = None,
+                 output: Output = None) -> CheckResult:
+    r"""Check that the output at every position t ignores the inputs after t and the length.
 
-    For each position :math:`t = 0, \dots, T-2` the check changes every input after t (random
-    values for floats, other token ids for integers), runs the model, and compares the
-    output at t with the output for the original inputs. A causal model (a decoder, a GPT)
-    must pass; a model whose mask is missing, off by one or in the wrong corner, whose
-    normalisation mixes positions, or whose convolution sees the future, fails, and the
-    message names the first position that leaked and which later positions it reads.
+    Two tests. **The future**: for each position :math:`t = 0, \dots, T-2` the check changes
+    every input after t (random values for floats, other token ids for integers), runs the
+    model, and compares the output at t with the output for the original inputs. **The
+    length** (``prefix``): for each :math:`t` it runs the model on the first :math:`t + 1`
+    positions alone, ``inputs[:, :t+1]``, and compares every output with the full run's: a
+    causal model computes position t from positions 0..t only, whatever follows, so it must
+    give the same outputs; a model whose outputs depend on the sequence length (a sum divided
+    by T, positions counted from the end) passes the first test and fails this one. A causal
+    model (a decoder, a GPT) must pass; a model whose mask is missing, off by one or in the
+    wrong corner, whose normalisation mixes positions, or whose convolution sees the future,
+    fails, and the message names the first position that leaked and which later positions it
+    reads.
 
     Args:
         model: ``model(inputs)`` maps ``inputs`` to ``(B, T, ...)`` outputs (a tuple's first
             element is used); an ``nn.Module`` or any callable.
         inputs: ``(B, T, d)`` floats or ``(B, T)`` integer token ids, ``T >= 2``; never
-            modified.
-        mode: keyword-only; ``"eval"`` (default) or ``"train"``, the mode of every submodule
-            during the check (see the module's notes; restored afterwards).
+            modified (every call gets a copy).
+        mode: keyword-only; ``"eval"`` (default) or ``"train"``, the mode of every module the
+            model calls during the check (see the module's notes; restored afterwards).
         tolerance: keyword-only; the largest absolute deviation that counts as "unchanged";
-            default: relative to the dtype (1e-5 of the outputs' size in float32).
-        seed: keyword-only; seeds the changed inputs and the global generator before each call.
+            default: relative to the dtype and to the outputs' size at each position (1e-5 in
+            float32).
+        seed: keyword-only; seeds the changed inputs and the generators before each call.
         vocab_size: keyword-only; for token ids, changed ids are drawn from
             ``[0, vocab_size)`` (default: ``inputs.max() + 1``).
-        module: keyword-only; the module to hold still when ``model`` is a plain function.
+        module: keyword-only; a module to hold still from the start (any module the model
+            calls is held anyway, from its first call).
+        prefix: keyword-only; run the length test (default: in eval mode yes, in train mode no,
+            because dropout draws its masks by the tensor's shape, so a shorter input draws
+            other masks). Pass False for a model that only accepts sequences of length T.
+        input_name, kwargs, output: keyword-only; how the model is called and what it
+            returns (see the module's notes): e.g. ``input_name="input_ids",
+            output="logits"`` for a Hugging Face model.
 
     Returns:
         :class:`CheckResult`; ``first_position`` is the first leaking position,
         ``details["deviations"]`` the ``(T - 1,)`` largest change at each position t when the
-        inputs after t changed, and ``details["reads"]`` the later positions that the first
-        leaking position reads.
+        inputs after t changed, ``details["reads"]`` the later positions that the first
+        leaking position reads, and ``details["prefix_deviations"]`` (when the length test
+        ran) the ``(T - 1,)`` largest change of the run on the first t + 1 positions.
 
     Raises:
         ValueError: ``model`` not callable; ``inputs`` not ``(B, T, ...)`` float or integer
-            with ``T >= 2``, or not finite; outputs not ``(B, T, ...)``; a bad option.
+            with ``T >= 2``, or not finite; outputs not ``(B, T, ...)``; a bad option; the
+            model raised an error on a prefix (pass ``prefix=False``).
 
     Example:
         >>> check_causal(lambda x: x.cumsum(dim=1), torch.ones(2, 5, 3)).passed
@@ -316,88 +526,152 @@ def check_causal(model: Model, inputs: Tensor, *, mode: str = "eval",
         >>> leaky = check_causal(lambda x: x + x.roll(-1, dims=1), torch.ones(2, 5, 3))
         >>> leaky.passed, leaky.first_position, leaky.details["reads"]
         (False, 0, [1])
+        >>> check_causal(lambda x: x.cumsum(dim=1) / x.shape[1], torch.ones(2, 5, 3)).passed
+        False
 
     Source: Vaswani et al. (2017), section 3.2.3 (the decoder must not see later positions);
-    book chapters 8 and "When attention goes wrong".
+    the prefix test of pangolinn; book chapters 8 and "When attention goes wrong".
     """
     _check_model(model)
     inputs = _check_inputs(inputs, min_len=2)
     _check_options(mode, tolerance, seed)
     _check_vocab(inputs, vocab_size)
+    _check_prefix(prefix)
+    _check_call(input_name, None, kwargs, output)
+    if prefix is None:
+        prefix = mode == "eval"
     B, T = inputs.shape[:2]
     name = "check_causal"
     generator = torch.Generator(device=inputs.device).manual_seed(seed)
-    run = _runner(model, seed, B)
+    run = _runner(model, seed, B, input_name=input_name, kwargs=kwargs, output=output)
     positions = torch.arange(T, device=inputs.device)
-    with _held_still(_find_module(model, module), mode, inputs.device), torch.no_grad():
+    prefix_dev: Optional[Tensor] = None
+    with _held_still(_find_module(model, module), mode, inputs.device) as held, torch.no_grad():
         reference, tol, failed = _reference_run(run, (inputs,), B, T, name, tolerance)
         if failed is not None:
             return failed
-        deviations = torch.zeros(T - 1, dtype=torch.float64)
+        dev = torch.zeros(B, T - 1, dtype=torch.float64, device=tol.device)
         for t in range(T - 1):
             changed = _perturbed(inputs, (positions > t).expand(B, T), generator, vocab_size)
-            dev = _position_deviation(run(changed), reference)[:, t]  # (B,)
-            deviations[t] = float(dev.max())
-        leaking = (deviations > tol).nonzero().flatten().tolist()
+            dev[:, t] = _deviations(run(changed), reference)[:, t]
+        leaking = (dev > tol[:, :-1]).any(dim=0).nonzero().flatten().tolist()
         reads: List[int] = []
         if leaking:
             p = leaking[0]
             for q in range(p + 1, T):  # which later positions does position p read?
                 changed = _perturbed(inputs, (positions == q).expand(B, T), generator, vocab_size)
-                if float(_position_deviation(run(changed), reference)[:, p].max()) > tol:
+                if bool((_deviations(run(changed), reference)[:, p] > tol[:, p]).any()):
                     reads.append(q)
-    largest = float(deviations.max())
-    how = _describe_run(inputs, mode, seed)
+        elif prefix:
+            prefix_dev = torch.zeros(B, T - 1, dtype=torch.float64, device=tol.device)
+            prefix_tol = tol[:, :-1].clone()  # the tolerance where each run came closest
+            prefix_first: Optional[Tuple[int, int]] = None  # (length, position)
+            for t in range(T - 1):
+                try:
+                    out = run(inputs[:, :t + 1])
+                except Exception as error:  # noqa: BLE001  the model refuses shorter inputs
+                    raise ValueError(
+                        f"check_causal runs the model on the first t + 1 positions to test that "
+                        f"the outputs do not depend on the length; on {t + 1} positions it "
+                        f"raised {type(error).__name__}: {error}. Pass prefix=False for a model "
+                        "that only accepts sequences of length T") from error
+                _check_time_axis(out, B, t + 1, f"check_causal (prefix of {t + 1})")
+                d = _deviations(out, reference[:, :t + 1])  # (B, t + 1)
+                k = _ratio(d, tol[:, :t + 1]).argmax(dim=1, keepdim=True)  # (B, 1)
+                prefix_dev[:, t] = d.gather(1, k)[:, 0]
+                prefix_tol[:, t] = tol[:, :t + 1].gather(1, k)[:, 0]
+                bad = (d > tol[:, :t + 1]).any(dim=0).nonzero().flatten().tolist()
+                if bad and prefix_first is None:
+                    prefix_first = (t + 1, bad[0])
+        how = held.describe(inputs.dtype, seed)
+    deviations = dev.amax(dim=0).cpu()  # (T - 1,)
+    details: Dict[str, Any] = {"deviations": deviations, "reads": reads}
+    if not leaking and prefix_dev is not None:
+        details["prefix_deviations"] = prefix_dev.amax(dim=0).cpu()
+        if prefix_first is not None:
+            length, p = prefix_first
+            index, largest, tol_there = _nearest(prefix_dev, prefix_tol)
+            message = (f"Changing the inputs after each position t left the output at t "
+                       f"unchanged, but the outputs depend on the sequence length: run on the "
+                       f"first {length} positions alone, the output at position {p} differs "
+                       f"from the full run's. The largest change over the {T - 1} shorter runs "
+                       f"is {_fmt(largest)} (tolerance {_fmt(tol_there)}), in the run on "
+                       f"{index[1] + 1} positions ({how}).")
+            return CheckResult(name, False, message, largest, tol_there, p, details)
+    _, largest, tol_there = _nearest(dev, tol[:, :-1])
     if not leaking:
-        message = (f"For every position t of {T}, changing the inputs after t left the output "
-                   f"at t unchanged (within the tolerance {_fmt(tol)}; {how}).")
-        return CheckResult(name, True, message, largest, tol, None,
-                           {"deviations": deviations, "reads": []})
+        tested = ("changing the inputs after t left the output at t unchanged" +
+                  (", and a run on the first t + 1 positions alone gave the same outputs"
+                   if prefix_dev is not None else ""))
+        if prefix_dev is not None:
+            _, d2, t2 = _nearest(prefix_dev, prefix_tol)
+            if _ratio(torch.tensor(d2), torch.tensor(t2)) > _ratio(torch.tensor(largest),
+                                                                  torch.tensor(tol_there)):
+                largest, tol_there = d2, t2
+        message = (f"For every position t of {T}, {tested}; the largest deviation is "
+                   f"{_fmt(largest)} (tolerance {_fmt(tol_there)}; {how}).")
+        return CheckResult(name, True, message, largest, tol_there, None, details)
     p = leaking[0]
-    worst = int(deviations.argmax())
-    message = (f"The output at position {p} changed by {_fmt(float(deviations[p]))} when the "
-               f"inputs after it changed (tolerance {_fmt(tol)}): it reads "
+    message = (f"The output at position {p} changed by {_fmt(float(dev[:, p].max()))} when the "
+               f"inputs after it changed (tolerance {_fmt(float(tol[:, p].min()))}): it reads "
                f"{_positions(reads) if reads else 'several later positions together'}. "
                f"{len(leaking)} of the first {T - 1} positions leak; the largest deviation is "
-               f"{_fmt(largest)}, at position {worst} ({how}).")
-    return CheckResult(name, False, message, largest, tol, p,
-                       {"deviations": deviations, "reads": reads})
+               f"{_fmt(largest)}, at position {int(deviations.argmax())} ({how}).")
+    return CheckResult(name, False, message, largest, tol_there, p, details)
 
 
 def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequence[int]], *,
                   mode: str = "eval", tolerance: Optional[float] = None, seed: int = 0,
                   vocab_size: Optional[int] = None, pooled: Optional[bool] = None,
-                  module: Optional[nn.Module] = None) -> CheckResult:
-    """Check that outputs at valid positions ignore what the padded positions contain.
+                  module: Optional[nn.Module] = None, pad_id: Optional[int] = None,
+                  mask_name: Optional[str] = None, input_name: Optional[str] = None,
+                  kwargs: Optional[Mapping[str, Any]] = None,
+                  output: Output = None) -> CheckResult:
+    """Check that outputs at valid positions ignore the padding.
 
-    Sequence ``b`` is valid at positions ``0 .. valid_lens[b] - 1``; the rest is padding. The
-    check fills the padding with other values (or other token ids), runs ``model(inputs,
-    valid_lens)`` again, and compares the outputs at the valid positions (or, for a model that
-    pools each sequence into one vector, the pooled outputs). Outputs *at* padded positions may
-    change: nothing should read them. A model that masks the padding keys passes; one that
-    forgets the mask, uses the wrong convention, or pools (averages) over the padding fails.
+    Sequence ``b`` is valid at positions ``0 .. valid_lens[b] - 1``; the rest is padding. Two
+    tests. **Alone**: each padded sequence with at least one valid position is run alone,
+    without its padding (``inputs[b:b+1, :valid_lens[b]]``), and its outputs at the valid
+    positions (or its pooled output) must equal those it gets in the padded batch: the padding
+    is tested as the model uses it, whatever marks it (``valid_lens``, a mask, or a pad id the
+    model looks for). **Content** (skipped when ``pad_id`` is given, since the padding must
+    then hold the pad id): the padding is filled with other values (or other token ids) and
+    the outputs at the valid positions (or the pooled outputs) must not move. Outputs *at*
+    padded positions may change: nothing should read them. A model that masks the padding
+    keys passes; one that forgets the mask, uses the wrong convention, or pools (averages)
+    over the padding fails.
 
     Args:
-        model: ``model(inputs, valid_lens)`` maps to ``(B, T, ...)`` outputs, or to ``(B, ...)``
-            pooled outputs; an ``nn.Module`` or any callable.
+        model: ``model(inputs, valid_lens)`` (or ``model(inputs, **{mask_name: mask})``) maps
+            to ``(B, T, ...)`` outputs, or to ``(B, ...)`` pooled outputs; an ``nn.Module`` or
+            any callable.
         inputs: ``(B, T, d)`` floats or ``(B, T)`` token ids; never modified.
         valid_lens: ``(B,)`` integers in ``[0, T]`` (a list works too), at least one of them
             ``< T`` (otherwise there is no padding to change). The model gets a copy.
         mode, tolerance, seed, vocab_size, module: keyword-only; as in :func:`check_causal`.
-        pooled: keyword-only; ``None`` (default) decides from the output: per position if it
-            has shape ``(B, T, ...)`` with at least 3 axes, pooled otherwise. Pass True or False
-            to decide yourself (say, for a ``(B, T)`` output, one number per position).
+        pooled: keyword-only; ``None`` (default) reads it from the output shapes: per position
+            if the outputs' second axis is T in the batch and the valid length in a sequence
+            run alone, pooled if the outputs have the same shape for every length. Pass True or
+            False to decide yourself.
+        pad_id: keyword-only; for token ids whose padding holds this id (checked), for a model
+            that finds its padding by the id; the content test is then skipped.
+        mask_name: keyword-only; pass the padding as this keyword, a ``(B, T)`` int64 mask of 1
+            (valid) and 0 (padding), e.g. ``"attention_mask"``, instead of ``valid_lens``.
+        input_name, kwargs, output: keyword-only; as in :func:`check_causal` (``input_name``
+            needs ``mask_name``).
 
     Returns:
         :class:`CheckResult`; ``first_position`` is the first valid position that moved (in
-        the first sequence where one did), ``details["deviations"]`` the ``(B, T)`` changes
-        (``(B,)`` when pooled; padded positions hold 0) and ``details["sequence"]`` the
-        sequence of the first failure.
+        the first sequence where one did), ``details["deviations"]`` the ``(B, T)`` largest
+        changes of both tests (``(B,)`` when pooled; padded positions hold 0),
+        ``details["sequence"]`` the sequence of the first failure and ``details["pooled"]``
+        how the outputs were read.
 
     Raises:
         ValueError: bad ``model``, ``inputs`` or options as in :func:`check_causal`;
             ``valid_lens`` not ``(B,)`` integers in ``[0, T]`` or without padding; outputs of
-            another batch size.
+            another batch size, or whose shape is neither per position nor pooled; padding
+            that does not hold ``pad_id``.
 
     Example:
         >>> mean_over_all = lambda x, lens: x.mean(dim=1)  # pools over the padding too
@@ -405,12 +679,17 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
         False
 
     Source: the ``valid_lens`` masking of book chapter 3; the padding-mask questions of the
-    Annotated Transformer's issue tracker (harvardnlp/annotated-transformer #37, #137).
+    Annotated Transformer's issue tracker (harvardnlp/annotated-transformer #37, #137); the
+    per-sequence padding test of pangolinn.
     """
     _check_model(model)
     inputs = _check_inputs(inputs)
     _check_options(mode, tolerance, seed)
     _check_vocab(inputs, vocab_size)
+    _check_call(input_name, mask_name, kwargs, output)
+    if input_name is not None and mask_name is None:
+        raise ValueError("input_name needs mask_name: with the inputs passed as a keyword, the "
+                         "padding must be one too")
     B, T = inputs.shape[:2]
     valid_lens = _check_valid_lens(valid_lens, B, T)
     if bool((valid_lens == T).all()):
@@ -418,71 +697,239 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
                          "check to change, got all equal to T")
     if pooled is not None and not isinstance(pooled, bool):
         raise ValueError(f"pooled must be None, True or False, got {pooled!r}")
-    name = "check_padding"
-    generator = torch.Generator(device=inputs.device).manual_seed(seed)
-    run = _runner(model, seed, B)
     lens = valid_lens.to(inputs.device)
     padding = torch.arange(T, device=inputs.device)[None, :] >= lens[:, None]  # (B, T)
-    with _held_still(_find_module(model, module), mode, inputs.device), torch.no_grad():
-        reference = run(inputs, valid_lens.clone())
-        tol = _tolerance(reference, tolerance)
-        per_position = (reference.dim() >= 3 and reference.shape[1] == T) if pooled is None \
-            else not pooled
+    _check_pad_id(inputs, padding, pad_id)
+    name = "check_padding"
+    generator = torch.Generator(device=inputs.device).manual_seed(seed)
+    run = _runner(model, seed, B, input_name=input_name, kwargs=kwargs, output=output)
+
+    def call(x: Tensor, lengths: Tensor) -> Tensor:
+        args, keywords = _lengths_argument(lengths, x.shape[1], x.device, mask_name)
+        return run(x, *args, **keywords)
+
+    alone_ids = [b for b in range(B) if 0 < int(lens[b]) < T]
+    with _held_still(_find_module(model, module), mode, inputs.device) as held, torch.no_grad():
+        reference = call(inputs, valid_lens)
+        alone = {b: call(inputs[b:b + 1, :int(lens[b])], valid_lens[b:b + 1]) for b in alone_ids}
+        if pooled is None:  # read the outputs' shapes
+            shapes = {tuple(out.shape[1:]) for out in alone.values()}
+            if not alone:
+                per_position = reference.dim() >= 2 and reference.shape[1] == T
+            elif shapes == {tuple(reference.shape[1:])}:
+                per_position = False  # the same shape for every length: pooled
+            elif reference.dim() >= 2 and reference.shape[1] == T and all(
+                    out.shape[1] == int(lens[b]) and out.shape[2:] == reference.shape[2:]
+                    for b, out in alone.items()):
+                per_position = True
+            else:
+                raise ValueError(f"check_padding cannot read the outputs: shape "
+                                 f"{tuple(reference.shape)} for T = {T} and "
+                                 f"{sorted(shapes)} for sequences run alone; pass pooled=")
+        else:
+            per_position = not pooled
         if per_position:
             _check_time_axis(reference, B, T, "check_padding (pooled=False)")
-        ref_valid = reference[~padding] if per_position else reference
-        where = _non_finite(ref_valid[None] if per_position else ref_valid)
-        if where is not None:
-            return _not_finite_result(name, "at valid positions", tol, "The outputs")
-        changed = _perturbed(inputs, padding, generator, vocab_size)
-        out = run(changed, valid_lens.clone())
-    how = _describe_run(inputs, mode, seed)
+        tol = _tolerances(reference, tolerance, time_axis=per_position)  # (B, T) or (B,)
+        valid = ~padding if per_position else torch.ones(B, dtype=torch.bool,
+                                                        device=inputs.device)
+        if _non_finite(reference[valid][None] if per_position else reference) is not None:
+            return _not_finite_result(name, "at valid positions", float(tol.min()), "The outputs")
+        alone_dev = torch.zeros_like(tol)
+        for b, out in alone.items():
+            L = int(lens[b])
+            if per_position:
+                alone_dev[b, :L] = _deviations(out, reference[b:b + 1, :L])[0]
+            else:
+                alone_dev[b] = _deviations(out, reference[b:b + 1], time_axis=False)[0]
+        content_dev = torch.zeros_like(tol)
+        if pad_id is None:
+            changed = _perturbed(inputs, padding, generator, vocab_size)
+            content_dev = _deviations(call(changed, valid_lens), reference, per_position)
+            if per_position:
+                content_dev = content_dev.masked_fill(padding, 0.0)
+        how = held.describe(inputs.dtype, seed)
     num_padded = int((lens < T).sum())
+    dev = torch.maximum(alone_dev, content_dev).cpu()
+    tol = tol.cpu()
+    details: Dict[str, Any] = {"deviations": dev, "pooled": not per_position}
+    index, largest, tol_there = _nearest(dev, tol)
     what = (f"Filling the padded positions ({num_padded} of {B} sequences have padding) with "
             "other values")
-    if per_position:
-        dev = _position_deviation(out, reference).masked_fill(padding.cpu(), 0.0)  # (B, T)
-        unmoved = f"the outputs at all {int(lens.sum())} valid positions"
-    else:
-        diff = (out.double() - reference.double()).abs()
-        dev = diff.flatten(1).amax(dim=1) if diff.dim() >= 2 else diff  # (B,)
-        unmoved = "the pooled outputs"
-    largest = float(dev.max())
-    moved = dev > tol
-    if not bool(moved.any()):
-        message = (f"{what} left {unmoved} unchanged (within the tolerance {_fmt(tol)}; "
-                   f"{how}).")
-        return CheckResult(name, True, message, largest, tol, None, {"deviations": dev})
-    if per_position:
+    moved = content_dev.cpu() > tol
+    if bool(moved.any()) and per_position:
         b = int(moved.any(dim=1).nonzero()[0])
         p = int(moved[b].nonzero()[0])
-        wb, wp = divmod(int(dev.argmax()), T)
         message = (f"{what} moved the output at valid position {p} of sequence {b} (valid "
-                   f"length {int(lens[b])}) by {_fmt(float(dev[b, p]))} (tolerance {_fmt(tol)}). "
-                   f"{int(moved.sum())} of {int(lens.sum())} valid positions moved; the largest "
-                   f"deviation is {_fmt(largest)}, at position {wp} of sequence {wb} ({how}).")
-        return CheckResult(name, False, message, largest, tol, p,
-                           {"deviations": dev, "sequence": b})
-    b = int(moved.nonzero()[0])
-    message = (f"{what} moved the pooled output of sequence {b} (valid length {int(lens[b])} "
-               f"of {T}) by {_fmt(float(dev[b]))} (tolerance {_fmt(tol)}): the pooling reads "
-               f"the padding. {int(moved.sum())} of {num_padded} padded sequences moved; the "
-               f"largest deviation is {_fmt(largest)} ({how}).")
-    return CheckResult(name, False, message, largest, tol, None, {"deviations": dev, "sequence": b})
+                   f"length {int(lens[b])}) by {_fmt(float(content_dev[b, p]))} (tolerance "
+                   f"{_fmt(float(tol[b, p]))}). {int(moved.sum())} of {int(lens.sum())} valid "
+                   f"positions moved; {_largest(content_dev.cpu(), tol)} ({how}).")
+        return CheckResult(name, False, message, largest, tol_there, p, {**details, "sequence": b})
+    if bool(moved.any()):
+        b = int(moved.nonzero()[0])
+        message = (f"{what} moved the pooled output of sequence {b} (valid length "
+                   f"{int(lens[b])} of {T}) by {_fmt(float(content_dev[b]))} (tolerance "
+                   f"{_fmt(float(tol[b]))}): the pooling reads the padding. {int(moved.sum())} "
+                   f"of {num_padded} padded sequences moved; {_largest(content_dev.cpu(), tol)} "
+                   f"({how}).")
+        return CheckResult(name, False, message, largest, tol_there, None,
+                           {**details, "sequence": b})
+    moved = alone_dev.cpu() > tol
+    if bool(moved.any()):
+        b = int(moved.flatten(1).any(dim=1).nonzero()[0]) if per_position else \
+            int(moved.nonzero()[0])
+        L = int(lens[b])
+        if per_position:
+            p = int(moved[b].nonzero()[0])
+            where = f"at valid position {p}"
+            by = float(alone_dev[b, p])
+        else:
+            p, where, by = None, "in its pooled output", float(alone_dev[b])
+        message = (f"Sequence {b} (valid length {L} of {T}) run alone, without its padding, "
+                   f"gave other outputs than in the padded batch: {where} by {_fmt(by)} "
+                   f"(tolerance {_fmt(float(tol[b] if p is None else tol[b, p]))}). The model "
+                   f"reads the padding (or, if check_batch_independence fails too, the other "
+                   f"sequences); {_largest(alone_dev.cpu(), tol)} ({how}).")
+        return CheckResult(name, False, message, largest, tol_there, p, {**details, "sequence": b})
+    unmoved = (f"the outputs at all {int(lens.sum())} valid positions" if per_position
+               else "the pooled outputs")
+    tests = f"Each of the {len(alone)} padded sequences run alone, without its padding, " \
+            f"gave its outputs in the batch"
+    if pad_id is None:
+        tests += f", and filling the padding with other values left {unmoved} unchanged"
+    else:
+        tests += f" (padding holds pad_id = {pad_id}, so it was not refilled)"
+    message = f"{tests}; the largest deviation is {_fmt(largest)} (tolerance " \
+              f"{_fmt(tol_there)}; {how})."
+    return CheckResult(name, True, message, largest, tol_there, None, details)
+
+
+def check_batch_independence(model: Model, inputs: Tensor,
+                             valid_lens: Optional[Union[Tensor, Sequence[int]]] = None, *,
+                             mode: str = "eval", tolerance: Optional[float] = None,
+                             seed: int = 0, module: Optional[nn.Module] = None,
+                             mask_name: Optional[str] = None, input_name: Optional[str] = None,
+                             kwargs: Optional[Mapping[str, Any]] = None,
+                             output: Output = None) -> CheckResult:
+    """Check that each sequence's outputs ignore the other sequences of the batch.
+
+    The check runs the whole batch, then each sequence alone (a batch of one), and compares
+    each sequence's outputs (at its valid positions, with ``valid_lens``). A model that mixes
+    the batch fails: ``.view(T, B, C)`` where a transpose was meant, a shift or a roll along the
+    batch axis (sequence b reading sequence b - 1), statistics taken over the batch (BatchNorm
+    in training mode). Such a bug is invisible at B = 1, and a check that runs one sequence at
+    a time never sees it.
+
+    Args:
+        model: ``model(inputs)``, or ``model(inputs, valid_lens)`` when ``valid_lens`` is given
+            (or ``model(inputs, **{mask_name: mask})``), maps to ``(B, ...)`` outputs; an
+            ``nn.Module`` or any callable.
+        inputs: ``(B, T, d)`` floats or ``(B, T)`` token ids with ``B >= 2``; never modified.
+        valid_lens: optional ``(B,)`` integers in ``[0, T]``; outputs of shape ``(B, T, ...)``
+            are then compared at the valid positions only.
+        mode, tolerance, seed, module: keyword-only; as in :func:`check_causal`.
+        mask_name: keyword-only; as in :func:`check_padding`.
+        input_name, kwargs, output: keyword-only; as in :func:`check_causal`.
+
+    Returns:
+        :class:`CheckResult`; ``first_position`` is the first position of the first sequence
+        that moved (``None`` for outputs without positions), ``details["deviations"]`` the
+        ``(B,)`` largest change of each sequence and ``details["sequence"]`` the first
+        sequence that moved.
+
+    Raises:
+        ValueError: as in :func:`check_causal`; ``B < 2``; bad ``valid_lens``.
+
+    Example:
+        >>> x = torch.randn(3, 5, 4)
+        >>> check_batch_independence(lambda x: x.softmax(dim=-1), x).passed
+        True
+        >>> check_batch_independence(lambda x: x + x.roll(1, dims=0), x).passed
+        False
+
+    Source: batch-independence tests of model test suites (pangolinn's per-sequence runs);
+    book chapter "When attention goes wrong".
+    """
+    _check_model(model)
+    inputs = _check_inputs(inputs)
+    _check_batch(inputs)
+    _check_options(mode, tolerance, seed)
+    _check_call(input_name, mask_name, kwargs, output)
+    B, T = inputs.shape[:2]
+    if valid_lens is not None:
+        valid_lens = _check_valid_lens(valid_lens, B, T)
+    elif mask_name is not None:
+        raise ValueError("mask_name needs valid_lens")
+    name = "check_batch_independence"
+    run = _runner(model, seed, B, input_name=input_name, kwargs=kwargs, output=output)
+
+    def call(rows: slice) -> Tensor:
+        x = inputs[rows]
+        if valid_lens is None:
+            return run(x)
+        args, keywords = _lengths_argument(valid_lens[rows], T, x.device, mask_name)
+        return run(x, *args, **keywords)
+
+    with _held_still(_find_module(model, module), mode, inputs.device) as held, torch.no_grad():
+        reference = call(slice(0, B))
+        time_axis = reference.dim() >= 2 and reference.shape[1] == T
+        tol = _tolerances(reference, tolerance, time_axis)
+        valid = torch.ones(tol.shape, dtype=torch.bool, device=tol.device)
+        if time_axis and valid_lens is not None:
+            valid = torch.arange(T, device=tol.device)[None, :] < valid_lens.to(tol.device)[:, None]
+        if _non_finite(reference[valid][None] if time_axis else reference) is not None:
+            return _not_finite_result(name, "at valid positions", float(tol.min()), "The outputs")
+        dev = torch.zeros_like(tol)
+        for b in range(B):
+            dev[b] = _deviations(call(slice(b, b + 1)), reference[b:b + 1], time_axis)[0]
+        dev = dev.masked_fill(~valid, 0.0).cpu()
+        how = held.describe(inputs.dtype, seed)
+    tol = tol.cpu()
+    moved = dev > tol
+    per_sequence = dev.flatten(1).amax(dim=1) if dev.dim() == 2 else dev
+    details: Dict[str, Any] = {"deviations": per_sequence}
+    _, largest, tol_there = _nearest(dev, tol)
+    if not bool(moved.any()):
+        message = (f"Each of the {B} sequences run alone gave the outputs it has in the batch; "
+                   f"the largest deviation is {_fmt(largest)} (tolerance {_fmt(tol_there)}; "
+                   f"{how}).")
+        return CheckResult(name, True, message, largest, tol_there, None, details)
+    b = int(moved.flatten(1).any(dim=1).nonzero()[0]) if moved.dim() == 2 else \
+        int(moved.nonzero()[0])
+    p = int(moved[b].nonzero()[0]) if moved.dim() == 2 else None
+    where = f" (first at position {p})" if p is not None else ""
+    count = int((moved.flatten(1).any(dim=1) if moved.dim() == 2 else moved).sum())
+    message = (f"Sequence {b} run alone gave other outputs than in the batch of {B}: they "
+               f"moved by {_fmt(float(per_sequence[b]))}{where}, so they read other sequences "
+               f"of the batch. {count} of {B} sequences moved; {_largest(dev, tol)} ({how}).")
+    return CheckResult(name, False, message, largest, tol_there, p, {**details, "sequence": b})
+
+
+def _derangement(T: int, generator: torch.Generator) -> Tensor:
+    """A random permutation of ``range(T)`` that moves every position (T >= 2)."""
+    identity = torch.arange(T)
+    while True:  # about e = 2.7 draws on average
+        perm = torch.randperm(T, generator=generator)
+        if not bool((perm == identity).any()):
+            return perm
 
 
 def check_permutation_equivariance(model: Model, inputs: Tensor, *, mode: str = "eval",
                                    tolerance: Optional[float] = None, seed: int = 0,
-                                   module: Optional[nn.Module] = None) -> CheckResult:
+                                   module: Optional[nn.Module] = None,
+                                   num_permutations: int = 2, input_name: Optional[str] = None,
+                                   kwargs: Optional[Mapping[str, Any]] = None,
+                                   output: Output = None) -> CheckResult:
     """Check that permuting the input positions permutes the outputs in the same way.
 
-    With a permutation ``perm`` of the T positions (drawn from a generator seeded with
-    ``seed``, never the identity), the check compares ``model(inputs[:, perm])`` with
-    ``model(inputs)[:, perm]``. Self-attention without positions and without a mask is
-    permutation-equivariant (book chapter 5), so an encoder without positional information
-    must pass. A model with positions, or a causal one, must *fail*: that is how it can tell
-    order. A position-free model that fails mixes positions where it should not (for example
-    heads split with ``view`` but no ``transpose``, which mixes positions into heads).
+    With ``num_permutations`` random derangements ``perm`` of the T positions (permutations
+    that move every position, drawn from a generator seeded with ``seed``), the check compares
+    ``model(inputs[:, perm])`` with ``model(inputs)[:, perm]``. Self-attention without
+    positions and without a mask is permutation-equivariant (book chapter 5), so an encoder
+    without positional information must pass. A model with positions, or a causal one, must
+    *fail*: that is how it can tell order. A position-free model that fails mixes positions
+    where it should not (for example heads split with ``view`` but no ``transpose``, which
+    mixes positions into heads).
 
     Args:
         model: ``model(inputs)`` maps to ``(B, T, ...)`` outputs; an ``nn.Module`` or any
@@ -491,14 +938,18 @@ def check_permutation_equivariance(model: Model, inputs: Tensor, *, mode: str = 
         mode, tolerance, seed, module: keyword-only; as in :func:`check_causal`. In
             ``mode="train"`` a dropout mask is drawn for positions, not for inputs, so it does
             not move with the permutation: dropout makes this check fail in training mode.
+        num_permutations: keyword-only; how many derangements to try (default 2, at least 1).
+            A permutation that leaves a position in place would not test it.
+        input_name, kwargs, output: keyword-only; as in :func:`check_causal`.
 
     Returns:
         :class:`CheckResult`; ``first_position`` is the first position of the permuted output
-        that differs, ``details["permutation"]`` the permutation and ``details["deviations"]``
-        the ``(T,)`` largest difference at each position.
+        that differs, ``details["permutation"]`` the first permutation,
+        ``details["permutations"]`` all of them and ``details["deviations"]`` the ``(T,)``
+        largest difference at each position.
 
     Raises:
-        ValueError: as in :func:`check_causal`.
+        ValueError: as in :func:`check_causal`; ``num_permutations`` not a positive int.
 
     Example:
         >>> x = torch.randn(2, 6, 4)
@@ -512,39 +963,52 @@ def check_permutation_equivariance(model: Model, inputs: Tensor, *, mode: str = 
     _check_model(model)
     inputs = _check_inputs(inputs, min_len=2)
     _check_options(mode, tolerance, seed)
+    _check_call(input_name, None, kwargs, output)
+    if isinstance(num_permutations, bool) or not isinstance(num_permutations, int) \
+            or num_permutations < 1:
+        raise ValueError(f"num_permutations must be an int >= 1, got {num_permutations!r}")
     B, T = inputs.shape[:2]
     name = "check_permutation_equivariance"
     generator = torch.Generator().manual_seed(seed)
-    perm = torch.randperm(T, generator=generator)
-    if bool((perm == torch.arange(T)).all()):
-        perm = perm.roll(1)
-    run = _runner(model, seed, B)
-    with _held_still(_find_module(model, module), mode, inputs.device), torch.no_grad():
+    perms = [_derangement(T, generator) for _ in range(num_permutations)]
+    run = _runner(model, seed, B, input_name=input_name, kwargs=kwargs, output=output)
+    with _held_still(_find_module(model, module), mode, inputs.device) as held, torch.no_grad():
         reference, tol, failed = _reference_run(run, (inputs,), B, T, name, tolerance)
         if failed is not None:
             return failed
-        out = run(inputs[:, perm.to(inputs.device)])
-    dev = _position_deviation(out, reference[:, perm.to(reference.device)]).amax(dim=0)  # (T,)
-    largest = float(dev.max())
-    differs = (dev > tol).nonzero().flatten().tolist()
-    how = _describe_run(inputs, mode, seed)
-    details = {"permutation": perm, "deviations": dev}
-    if not differs:
-        message = (f"Permuting the {T} positions permuted the outputs the same way (within the "
-                   f"tolerance {_fmt(tol)}; {how}).")
-        return CheckResult(name, True, message, largest, tol, None, details)
-    p = differs[0]
+        devs, tols = [], []
+        for perm in perms:
+            index = perm.to(inputs.device)
+            devs.append(_deviations(run(inputs[:, index]), reference[:, index]))  # (B, T)
+            tols.append(tol[:, index])
+        how = held.describe(inputs.dtype, seed)
+    dev, tol = torch.stack(devs).cpu(), torch.stack(tols).cpu()  # (P, B, T)
+    per_position = dev.amax(dim=(0, 1))  # (T,)
+    moved = (dev > tol).any(dim=1)  # (P, T)
+    details = {"permutation": perms[0], "permutations": perms, "deviations": per_position}
+    _, largest, tol_there = _nearest(dev, tol)
+    which = "permutation that moves every position" if len(perms) == 1 else \
+        f"{len(perms)} permutations that move every position"
+    if not bool(moved.any()):
+        message = (f"Permuting the {T} positions ({which}) permuted the outputs the same way; "
+                   f"the largest deviation is {_fmt(largest)} (tolerance {_fmt(tol_there)}; "
+                   f"{how}).")
+        return CheckResult(name, True, message, largest, tol_there, None, details)
+    k = int(moved.any(dim=1).nonzero()[0])
+    p = int(moved[k].nonzero()[0])
+    count = int(moved.any(dim=0).sum())
     message = (f"Permuting the {T} positions did not permute the outputs: position {p} of the "
-               f"permuted run (input position {int(perm[p])}) differs by {_fmt(float(dev[p]))} "
-               f"(tolerance {_fmt(tol)}); {len(differs)} of {T} positions differ, the largest "
-               f"by {_fmt(largest)}. Expected of a model with positions or a causal mask; a bug "
-               f"in a model without them ({how}).")
-    return CheckResult(name, False, message, largest, tol, p, details)
+               f"permuted run (input position {int(perms[k][p])}) differs by "
+               f"{_fmt(float(dev[k, :, p].max()))} (tolerance {_fmt(float(tol[k, :, p].min()))}); "
+               f"{count} of {T} positions differ, {_largest(dev, tol)}. Expected of a model "
+               f"with positions or a causal mask; a bug in a model without them ({how}).")
+    return CheckResult(name, False, message, largest, tol_there, p, details)
 
 
 def check_kv_cache(model: Model, inputs: Tensor, new_cache: Callable[[], Any], *,
                    prompt_len: int = 1, mode: str = "eval", tolerance: Optional[float] = None,
-                   seed: int = 0, module: Optional[nn.Module] = None) -> CheckResult:
+                   seed: int = 0, module: Optional[nn.Module] = None,
+                   output: Output = None) -> CheckResult:
     """Check that decoding with a KV cache gives the outputs of recomputing every prefix.
 
     The reference is one call without a cache, ``model(inputs, None)``. The cached run starts
@@ -555,6 +1019,13 @@ def check_kv_cache(model: Model, inputs: Tensor, new_cache: Callable[[], Any], *
     offset, a causal mask aligned to the wrong corner for the single new query, or keys
     appended twice, does not, and the message names the first step that differs.
 
+    In ``mode="train"``, dropout is on: the cached run calls the model on chunks of other
+    shapes than the one uncached call, so dropout draws other masks and a model with dropout
+    probability above 0 *fails* (the reseeding cannot make masks of different shapes agree).
+    Use ``mode="train"`` only to test what else training changes, with dropout set to 0 (e.g.
+    build the model with ``dropout=0.0``); the default, eval mode, is the mode a cache is used
+    in.
+
     Args:
         model: ``model(chunk, cache)`` maps ``(B, T_chunk, ...)`` inputs to ``(B, T_chunk,
             ...)`` outputs, appending to ``cache``; ``model(inputs, None)`` runs without a
@@ -564,7 +1035,8 @@ def check_kv_cache(model: Model, inputs: Tensor, new_cache: Callable[[], Any], *
             of them, ...).
         prompt_len: keyword-only; the positions fed at once before decoding, ``1 <= prompt_len
             < T``.
-        mode, tolerance, seed, module: keyword-only; as in :func:`check_causal`.
+        mode, tolerance, seed, module, output: keyword-only; as in :func:`check_causal` (see
+            above for ``mode="train"``).
 
     Returns:
         :class:`CheckResult`; ``first_position`` is the first position whose cached output
@@ -587,14 +1059,15 @@ def check_kv_cache(model: Model, inputs: Tensor, new_cache: Callable[[], Any], *
     _check_model(model)
     inputs = _check_inputs(inputs, min_len=2)
     _check_options(mode, tolerance, seed)
+    _check_call(None, None, None, output)
     if not callable(new_cache):
         raise ValueError("new_cache must be a function returning an empty cache")
     B, T = inputs.shape[:2]
     if isinstance(prompt_len, bool) or not isinstance(prompt_len, int) or not 1 <= prompt_len < T:
         raise ValueError(f"prompt_len must be an integer in [1, T) = [1, {T}), got {prompt_len!r}")
     name = "check_kv_cache"
-    run = _runner(model, seed, B)
-    with _held_still(_find_module(model, module), mode, inputs.device), torch.no_grad():
+    run = _runner(model, seed, B, output=output)
+    with _held_still(_find_module(model, module), mode, inputs.device) as held, torch.no_grad():
         reference, tol, failed = _reference_run(run, (inputs, None), B, T, name, tolerance,
                                                 "The outputs without a cache")
         if failed is not None:
@@ -606,27 +1079,31 @@ def check_kv_cache(model: Model, inputs: Tensor, new_cache: Callable[[], Any], *
             _check_time_axis(piece, B, stop - start, f"check_kv_cache (positions {start}-{stop - 1})")
             pieces.append(piece)
         cached = torch.cat(pieces, dim=1)
-    dev = _position_deviation(cached, reference).amax(dim=0).nan_to_num(nan=math.inf)  # (T,)
-    largest = float(dev.max())
-    differs = (dev > tol).nonzero().flatten().tolist()
-    how = _describe_run(inputs, mode, seed)
+        how = held.describe(inputs.dtype, seed)
+    dev_bt, tol = _deviations(cached, reference).cpu(), tol.cpu()  # (B, T)
+    dev = dev_bt.amax(dim=0)  # (T,)
+    _, largest, tol_there = _nearest(dev_bt, tol)
+    differs = (dev_bt > tol).any(dim=0).nonzero().flatten().tolist()
     if not differs:
         message = (f"A prompt of {prompt_len} and {T - prompt_len} cached steps of one position "
-                   f"gave the outputs of the uncached run (within the tolerance {_fmt(tol)}; "
-                   f"{how}).")
-        return CheckResult(name, True, message, largest, tol, None, {"deviations": dev})
+                   f"gave the outputs of the uncached run; the largest deviation is "
+                   f"{_fmt(largest)} (tolerance {_fmt(tol_there)}; {how}).")
+        return CheckResult(name, True, message, largest, tol_there, None, {"deviations": dev})
     p = differs[0]
     at = "in the prompt" if p < prompt_len else f"at cached step {p - prompt_len + 1}"
     message = (f"The cached run differs from recomputation from position {p} on ({at}) by "
-               f"{_fmt(float(dev[p]))} (tolerance {_fmt(tol)}); {len(differs)} of {T} positions "
-               f"differ, the largest by {_fmt(largest)} at position {int(dev.argmax())} ({how}).")
-    return CheckResult(name, False, message, largest, tol, p, {"deviations": dev})
+               f"{_fmt(float(dev[p]))} (tolerance {_fmt(float(tol[:, p].min()))}); "
+               f"{len(differs)} of {T} positions differ, the largest by {_fmt(float(dev.max()))} "
+               f"at position {int(dev.argmax())} ({how}).")
+    return CheckResult(name, False, message, largest, tol_there, p, {"deviations": dev})
 
 
 def check_finite(model: Model, inputs: Tensor,
                  valid_lens: Optional[Union[Tensor, Sequence[int]]] = None, *,
                  backward: bool = True, mode: str = "eval", seed: int = 0,
-                 module: Optional[nn.Module] = None) -> CheckResult:
+                 module: Optional[nn.Module] = None, mask_name: Optional[str] = None,
+                 input_name: Optional[str] = None, kwargs: Optional[Mapping[str, Any]] = None,
+                 output: Output = None) -> CheckResult:
     """Check that the outputs, and the gradients flowing back from them, are finite.
 
     Fully masked rows are the usual source of NaN in attention: a query with no key it may
@@ -642,8 +1119,11 @@ def check_finite(model: Model, inputs: Tensor,
             an ``nn.Module`` or any callable.
         inputs: ``(B, T, d)`` floats or ``(B, T)`` token ids; never modified.
         valid_lens: optional ``(B,)`` integers in ``[0, T]``.
-        backward: keyword-only; also check the gradients (default True).
+        backward: keyword-only; also check the gradients (default True), with respect to the
+            inputs and to the parameters of every module held (see the module's notes).
         mode, seed, module: keyword-only; as in :func:`check_causal`.
+        mask_name: keyword-only; as in :func:`check_padding`.
+        input_name, kwargs, output: keyword-only; as in :func:`check_causal`.
 
     Returns:
         :class:`CheckResult`; ``first_position`` is the first non-finite position of the first
@@ -666,21 +1146,27 @@ def check_finite(model: Model, inputs: Tensor,
     _check_model(model)
     inputs = _check_inputs(inputs)
     _check_options(mode, None, seed)
+    _check_call(input_name, mask_name, kwargs, output)
     if not isinstance(backward, bool):
         raise ValueError(f"backward must be a bool, got {backward!r}")
     B, T = inputs.shape[:2]
     if valid_lens is not None:
         valid_lens = _check_valid_lens(valid_lens, B, T)
+    elif mask_name is not None:
+        raise ValueError("mask_name needs valid_lens")
     name = "check_finite"
-    run = _runner(model, seed, B)
+    run = _runner(model, seed, B, input_name=input_name, kwargs=kwargs, output=output)
     found = _find_module(model, module)
-    how = _describe_run(inputs, mode, seed)
-    with _held_still(found, mode, inputs.device), torch.enable_grad():
+    with _held_still(found, mode, inputs.device) as held, torch.enable_grad():
         x = inputs.detach().clone()
         if backward and x.is_floating_point():
             x.requires_grad_(True)
-        args = (x,) if valid_lens is None else (x, valid_lens.clone())
-        out = run(*args)
+        if valid_lens is None:
+            out = run(x)  # the runner passes a copy: a model may write into its input
+        else:
+            args, keywords = _lengths_argument(valid_lens, T, inputs.device, mask_name)
+            out = run(x, *args, **keywords)
+        how = held.describe(inputs.dtype, seed)
         where = _non_finite(out.detach())
         if where is not None:
             first = None
@@ -692,8 +1178,13 @@ def check_finite(model: Model, inputs: Tensor,
             message = f"The outputs are not finite at {where}{lens} ({how})."
             return CheckResult(name, False, message, float("nan"), 0.0, first)
         targets: List[Tensor] = [x] if x.requires_grad else []
-        if backward and found is not None:
-            targets += [p for p in found.parameters() if p.requires_grad]
+        params: Dict[int, str] = {}
+        if backward:
+            for root in held.roots:
+                for n, p in root.named_parameters():
+                    if p.requires_grad and id(p) not in params:
+                        params[id(p)] = f"{type(root).__name__}.{n}" if root is not found else n
+                        targets.append(p)
         if not backward or not targets or not out.requires_grad:
             what = "outputs" if backward else "outputs (gradients not checked)"
             return CheckResult(name, True, f"The {what} are finite ({how}).", 0.0, 0.0)
@@ -702,17 +1193,17 @@ def check_finite(model: Model, inputs: Tensor,
     if x.requires_grad and grads[0] is not None and not bool(torch.isfinite(grads[0]).all()):
         gx = grads[0]
         b = int((~torch.isfinite(gx)).flatten(1).any(dim=1).nonzero()[0])
-        bad = (~torch.isfinite(gx[b])).flatten(1).any(dim=1) if gx.dim() >= 3 else ~torch.isfinite(gx[b])
+        bad = (~torch.isfinite(gx[b])).flatten(1).any(dim=1) if gx.dim() >= 3 \
+            else ~torch.isfinite(gx[b])
         positions = bad.nonzero().flatten().tolist()
         message = (f"The outputs are finite, but the gradient with respect to the inputs is not, "
                    f"at sequence {b}, {_positions(positions)}: NaN hidden in the forward "
                    f"pass comes back in the backward pass ({how}).")
         return CheckResult(name, False, message, float("nan"), 0.0, positions[0])
-    names = {id(p): n for n, p in found.named_parameters()} if found is not None else {}
     for t, g in zip(targets, grads):
         if g is not None and not bool(torch.isfinite(g).all()) and t is not x:
             message = (f"The outputs are finite, but the gradient of parameter "
-                       f"{names.get(id(t), '?')} is not ({how}).")
+                       f"{params.get(id(t), '?')} is not ({how}).")
             return CheckResult(name, False, message, float("nan"), 0.0)
     return CheckResult(name, True, f"The outputs and their gradients are finite ({how}).", 0.0, 0.0)
 
@@ -727,11 +1218,18 @@ def check_attention_weights(weights: Tensor, mask: Optional[Tensor] = None, *,
     book's rule; chapter 3) rather than NaN or uniform. A softmax taken over the wrong axis
     (the queries, ``dim=-2``) is named in the message.
 
+    The bounds do not grow with K: a row sum may differ from its target by the dtype's
+    tolerance (1e-10 in float64, 1e-5 in float32, 2e-3 in float16, 1.6e-2 in bfloat16; the
+    rounding of weights that sum to 1 adds up to at most about one unit in the last place of
+    1, however many keys there are), and a masked key's weight must be exactly 0 (a softmax
+    over a ``-inf`` or ``-1e9`` score underflows to exactly 0), so that a small weight spread
+    over many masked keys cannot hide below a tolerance.
+
     Args:
         weights: ``(..., Q, K)`` floats, e.g. ``MultiHeadAttention.attention_weights``.
         mask: optional bool tensor broadcastable to ``weights``, True = may attend.
-        tolerance: keyword-only; the allowed error of a row sum (default: relative to the
-            dtype, with ``K`` as the size).
+        tolerance: keyword-only; the allowed error of a row sum and of a negative weight, and
+            then also the largest weight allowed on a masked key (default: as above).
 
     Returns:
         :class:`CheckResult`; ``first_position`` is the flat index of the first bad row
@@ -766,7 +1264,8 @@ def check_attention_weights(weights: Tensor, mask: Optional[Tensor] = None, *,
     name = "check_attention_weights"
     w = weights.detach().double()
     K = w.shape[-1]
-    tol = float(tolerance) if tolerance is not None else _RTOL.get(weights.dtype, 1e-5) * max(1, K)
+    tol = float(tolerance) if tolerance is not None else _RTOL.get(weights.dtype, 1e-5)
+    masked_tol = float(tolerance) if tolerance is not None else 0.0
     keep = torch.ones_like(w, dtype=torch.bool) if mask is None else mask.to(w.device).expand(w.shape)
     expected = keep.any(dim=-1).double()  # 1 for a row with a key, 0 for an empty row
     sums = w.sum(dim=-1)
@@ -774,9 +1273,10 @@ def check_attention_weights(weights: Tensor, mask: Optional[Tensor] = None, *,
     problems: List[Tuple[Tensor, str]] = [
         ((~torch.isfinite(w)).any(dim=-1), "is not finite (NaN or inf)"),
         ((w < -tol).any(dim=-1), "has a negative weight"),
-        (((w.abs() > tol) & ~keep).any(dim=-1), "gives weight to a masked key"),
+        (((w.abs() > masked_tol) & ~keep).any(dim=-1), "gives weight to a masked key"),
     ]
-    error = (sums - expected).abs().nan_to_num(nan=math.inf)
+    error = (sums - expected).abs()
+    error = torch.where(torch.isnan(error), torch.full_like(error, math.inf), error)
     problems.append((error > tol, "does not sum to its expected total"))
     largest = float(error.max())
     for bad, what in problems:
@@ -786,6 +1286,9 @@ def check_attention_weights(weights: Tensor, mask: Optional[Tensor] = None, *,
             total = f"{float(sums[index]):.3g}"
             target = "0 (it has no key it may attend to)" if expected[index] == 0 else "1"
             message = f"Row {index} (query {index[-1]}) {what}: it sums to {total}, not {target}."
+            if what == "gives weight to a masked key":
+                on_masked = float((w[index] * (~keep[index]).double()).abs().sum())
+                message += f" Its masked keys hold {on_masked:.2g} in all."
             if mask is None and w.dim() >= 2 and w.shape[-2] > 1:
                 cols = w.sum(dim=-2)
                 if bool(((cols - 1).abs() <= tol).all()):
@@ -796,5 +1299,5 @@ def check_attention_weights(weights: Tensor, mask: Optional[Tensor] = None, *,
     message = (f"All {sums.numel()} rows are non-negative and sum to 1 over the {K} keys"
                + (" (0 for rows with no key), with no weight on masked keys" if mask is not None
                   else "")
-               + f" (within the tolerance {_fmt(tol)}).")
+               + f"; the largest error of a row sum is {_fmt(largest)} (tolerance {_fmt(tol)}).")
     return CheckResult(name, True, message, largest, tol, None)
