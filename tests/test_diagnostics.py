@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -13,8 +14,8 @@ from torch import nn
 
 from d2lattn import (KVCache, LearnedPositionalEmbedding, MultiHeadAttention, PositionalEncoding,
                      TransformerDecoderBlock, TransformerEncoderBlock, masked_softmax)
-from d2lattn.diagnostics import (CheckResult, check_attention_weights, check_causal,
-                                 check_finite, check_kv_cache, check_padding,
+from d2lattn.diagnostics import (CheckResult, check_attention_weights, check_batch_independence,
+                                 check_causal, check_finite, check_kv_cache, check_padding,
                                  check_permutation_equivariance)
 
 torch.set_num_threads(1)
@@ -443,7 +444,8 @@ def snapshot(model):
 
 
 @settings(max_examples=25, deadline=None)
-@given(check=st.sampled_from(["causal", "padding", "permutation", "kv_cache", "finite"]),
+@given(check=st.sampled_from(["causal", "padding", "permutation", "kv_cache", "finite",
+                               "batch"]),
        mode=st.sampled_from(["eval", "train"]), training=st.booleans(),
        with_grads=st.booleans(), half_eval=st.booleans(), seed=st.integers(0, 2**16))
 def test_checks_never_change_the_model(check, mode, training, with_grads, half_eval, seed):
@@ -456,12 +458,13 @@ def test_checks_never_change_the_model(check, mode, training, with_grads, half_e
         model(X).square().mean().backward()
     before = snapshot(model)
     X_before, lens = X.clone(), torch.tensor([5, 3])
-    rng_before = torch.get_rng_state()
+    rng_before, np_before = torch.get_rng_state(), np.random.get_state()[1].copy()
     {"causal": lambda: check_causal(model, X, mode=mode),
      "padding": lambda: check_padding(model, X, lens, mode=mode),
      "permutation": lambda: check_permutation_equivariance(model, X, mode=mode),
      "kv_cache": lambda: check_kv_cache(model, X, KVCache, mode=mode),
-     "finite": lambda: check_finite(model, X, lens, mode=mode)}[check]()
+     "finite": lambda: check_finite(model, X, lens, mode=mode),
+     "batch": lambda: check_batch_independence(model, X, lens, mode=mode)}[check]()
     after = snapshot(model)
     for name, t in before[0].items():
         assert torch.equal(t, after[0][name]), name  # parameters and buffers
@@ -470,6 +473,7 @@ def test_checks_never_change_the_model(check, mode, training, with_grads, half_e
     assert before[2] == after[2]  # train/eval flag of every submodule
     assert torch.equal(X, X_before) and lens.tolist() == [5, 3]  # the caller's tensors
     assert torch.equal(torch.get_rng_state(), rng_before)  # the global generator
+    assert np.array_equal(np.random.get_state()[1], np_before)  # numpy's
 
 
 @settings(max_examples=15, deadline=None)
