@@ -204,6 +204,11 @@ def _positions(positions: Sequence[int]) -> str:
     return f"position {positions[0]}" if len(positions) == 1 else f"positions {_spans(positions)}"
 
 
+def _first(n: int) -> str:
+    """``1`` -> ``"its first position"``, ``3`` -> ``"its first 3 positions"``."""
+    return "its first position" if n == 1 else f"its first {n} positions"
+
+
 def _find_module(model: Model, module: Optional[nn.Module]) -> Optional[nn.Module]:
     if module is not None:
         if not isinstance(module, nn.Module):
@@ -397,10 +402,10 @@ def _nearest(dev: Tensor, tol: Tensor) -> Tuple[Tuple[int, ...], float, float]:
     return index, float(dev[index]), float(tol[index])
 
 
-def _largest(dev: Tensor, tol: Tensor) -> str:
-    """``"the largest deviation is 3.1e-07 (tolerance 1.0e-05)"``."""
+def _largest(dev: Tensor, tol: Tensor, how: str) -> str:
+    """``"the largest deviation is 3.1e-07 (tolerance 1.0e-05; how)"``."""
     _, d, t = _nearest(dev, tol)
-    return f"the largest deviation is {_fmt(d)} (tolerance {_fmt(t)})"
+    return f"the largest deviation is {_fmt(d)} (tolerance {_fmt(t)}; {how})"
 
 
 def _perturbed(inputs: Tensor, where: Tensor, generator: torch.Generator,
@@ -592,11 +597,11 @@ def check_causal(model: Model, inputs: Tensor, *, mode: str = "eval",
             length, p = prefix_first
             index, largest, tol_there = _nearest(prefix_dev, prefix_tol)
             message = (f"Changing the inputs after each position t left the output at t "
-                       f"unchanged, but the outputs depend on the sequence length: run on the "
-                       f"first {length} positions alone, the output at position {p} differs "
-                       f"from the full run's. The largest change over the {T - 1} shorter runs "
-                       f"is {_fmt(largest)} (tolerance {_fmt(tol_there)}), in the run on "
-                       f"{index[1] + 1} positions ({how}).")
+                       f"unchanged, but the outputs depend on the sequence length: run on "
+                       f"{_first(length)} alone, the model gives position {p} another output "
+                       f"than in the full run of {T}. The largest change over the {T - 1} "
+                       f"shorter runs is {_fmt(largest)} (tolerance {_fmt(tol_there)}), in the "
+                       f"run on {_first(index[1] + 1)} ({how}).")
             return CheckResult(name, False, message, largest, tol_there, p, details)
     _, largest, tol_there = _nearest(dev, tol[:, :-1])
     if not leaking:
@@ -763,15 +768,15 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
         message = (f"{what} moved the output at valid position {p} of sequence {b} (valid "
                    f"length {int(lens[b])}) by {_fmt(float(content_dev[b, p]))} (tolerance "
                    f"{_fmt(float(tol[b, p]))}). {int(moved.sum())} of {int(lens.sum())} valid "
-                   f"positions moved; {_largest(content_dev.cpu(), tol)} ({how}).")
+                   f"positions moved; {_largest(content_dev.cpu(), tol, how)}.")
         return CheckResult(name, False, message, largest, tol_there, p, {**details, "sequence": b})
     if bool(moved.any()):
         b = int(moved.nonzero()[0])
         message = (f"{what} moved the pooled output of sequence {b} (valid length "
                    f"{int(lens[b])} of {T}) by {_fmt(float(content_dev[b]))} (tolerance "
                    f"{_fmt(float(tol[b]))}): the pooling reads the padding. {int(moved.sum())} "
-                   f"of {num_padded} padded sequences moved; {_largest(content_dev.cpu(), tol)} "
-                   f"({how}).")
+                   f"of {num_padded} padded sequences moved; "
+                   f"{_largest(content_dev.cpu(), tol, how)}.")
         return CheckResult(name, False, message, largest, tol_there, None,
                            {**details, "sequence": b})
     moved = alone_dev.cpu() > tol
@@ -789,7 +794,7 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
                    f"gave other outputs than in the padded batch: {where} by {_fmt(by)} "
                    f"(tolerance {_fmt(float(tol[b] if p is None else tol[b, p]))}). The model "
                    f"reads the padding (or, if check_batch_independence fails too, the other "
-                   f"sequences); {_largest(alone_dev.cpu(), tol)} ({how}).")
+                   f"sequences); {_largest(alone_dev.cpu(), tol, how)}.")
         return CheckResult(name, False, message, largest, tol_there, p, {**details, "sequence": b})
     unmoved = (f"the outputs at all {int(lens.sum())} valid positions" if per_position
                else "the pooled outputs")
@@ -901,7 +906,7 @@ def check_batch_independence(model: Model, inputs: Tensor,
     count = int((moved.flatten(1).any(dim=1) if moved.dim() == 2 else moved).sum())
     message = (f"Sequence {b} run alone gave other outputs than in the batch of {B}: they "
                f"moved by {_fmt(float(per_sequence[b]))}{where}, so they read other sequences "
-               f"of the batch. {count} of {B} sequences moved; {_largest(dev, tol)} ({how}).")
+               f"of the batch. {count} of {B} sequences moved; {_largest(dev, tol, how)}.")
     return CheckResult(name, False, message, largest, tol_there, p, {**details, "sequence": b})
 
 
@@ -1000,8 +1005,8 @@ def check_permutation_equivariance(model: Model, inputs: Tensor, *, mode: str = 
     message = (f"Permuting the {T} positions did not permute the outputs: position {p} of the "
                f"permuted run (input position {int(perms[k][p])}) differs by "
                f"{_fmt(float(dev[k, :, p].max()))} (tolerance {_fmt(float(tol[k, :, p].min()))}); "
-               f"{count} of {T} positions differ, {_largest(dev, tol)}. Expected of a model "
-               f"with positions or a causal mask; a bug in a model without them ({how}).")
+               f"{count} of {T} positions differ, {_largest(dev, tol, how)}. Expected of a "
+               f"model with positions or a causal mask; a bug in a model without them.")
     return CheckResult(name, False, message, largest, tol_there, p, details)
 
 
