@@ -404,20 +404,24 @@ def _nearest(dev: Tensor, tol: Tensor) -> Tuple[Tuple[int, ...], float, float]:
     return index, float(dev[index]), float(tol[index])
 
 
-def _largest_text(d: float, t: float, how: Optional[str], what: str = "deviation") -> str:
-    """``"the largest deviation is 3.1e-06 (tolerance 1.0e-05; how)"``; a deviation of at
-    most a tenth of the tolerance (rounding, whose last bits differ by CPU) is said to be so,
-    not printed, so that the message is the same on every machine."""
+def _largest_text(d: float, t: float, how: Optional[str], what: str = "deviation",
+                  tols: Optional[Tensor] = None) -> str:
+    """``"the largest deviation is 3.1e-06 (tolerance 1.0e-05; how)"``. A deviation of at most
+    a tenth of the tolerance (rounding, whose last bits differ by CPU) is said to be so, not
+    printed, with the range of ``tols`` (all the tolerances, not the one where the largest
+    deviation happened to fall), so that the message is the same on every machine."""
     how = "" if how is None else f"; {how}"
     if t > 0 and d <= 0.1 * t:
-        return f"the largest {what} is below a tenth of the tolerance ({_fmt(t)}{how})"
+        lo, hi = (t, t) if tols is None else (float(tols.min()), float(tols.max()))
+        span = _fmt(lo) if _fmt(lo) == _fmt(hi) else f"{_fmt(lo)} to {_fmt(hi)}"
+        return f"the largest {what} is below a tenth of the tolerance ({span}{how})"
     return f"the largest {what} is {_fmt(d)} (tolerance {_fmt(t)}{how})"
 
 
 def _largest(dev: Tensor, tol: Tensor, how: str) -> str:
     """:func:`_largest_text` where ``dev`` comes closest to its tolerance ``tol``."""
     _, d, t = _nearest(dev, tol)
-    return _largest_text(d, t, how)
+    return _largest_text(d, t, how, tols=tol)
 
 
 def _perturbed(inputs: Tensor, where: Tensor, generator: torch.Generator,
@@ -620,13 +624,12 @@ def check_causal(model: Model, inputs: Tensor, *, mode: str = "eval",
         tested = ("changing the inputs after t left the output at t unchanged" +
                   (", and a run on the first t + 1 positions alone gave the same outputs"
                    if prefix_dev is not None else ""))
+        all_dev, all_tol = dev, tol[:, :-1]
         if prefix_dev is not None:
-            _, d2, t2 = _nearest(prefix_dev, prefix_tol)
-            if _ratio(torch.tensor(d2), torch.tensor(t2)) > _ratio(torch.tensor(largest),
-                                                                  torch.tensor(tol_there)):
-                largest, tol_there = d2, t2
+            all_dev, all_tol = torch.cat([dev, prefix_dev]), torch.cat([all_tol, prefix_tol])
+        _, largest, tol_there = _nearest(all_dev, all_tol)
         message = (f"For every position t of {T}, {tested}; "
-                   f"{_largest_text(largest, tol_there, how)}.")
+                   f"{_largest(all_dev.cpu(), all_tol.cpu(), how)}.")
         return CheckResult(name, True, message, largest, tol_there, None, details)
     p = leaking[0]
     message = (f"The output at position {p} changed by {_fmt(float(dev[:, p].max()))} when the "
@@ -816,7 +819,8 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
         tests += f", and filling the padding with other values left {unmoved} unchanged"
     else:
         tests += f" (padding holds pad_id = {pad_id}, so it was not refilled)"
-    message = f"{tests}; {_largest_text(largest, tol_there, how)}."
+    valid = valid.cpu()
+    message = f"{tests}; {_largest(dev[valid], tol[valid], how)}."
     return CheckResult(name, True, message, largest, tol_there, None, details)
 
 
@@ -906,8 +910,9 @@ def check_batch_independence(model: Model, inputs: Tensor,
     details: Dict[str, Any] = {"deviations": per_sequence}
     _, largest, tol_there = _nearest(dev, tol)
     if not bool(moved.any()):
+        valid = valid.cpu()
         message = (f"Each of the {B} sequences run alone gave the outputs it has in the batch; "
-                   f"{_largest_text(largest, tol_there, how)}.")
+                   f"{_largest(dev[valid], tol[valid], how)}.")
         return CheckResult(name, True, message, largest, tol_there, None, details)
     b = int(moved.flatten(1).any(dim=1).nonzero()[0]) if moved.dim() == 2 else \
         int(moved.nonzero()[0])
@@ -1006,7 +1011,7 @@ def check_permutation_equivariance(model: Model, inputs: Tensor, *, mode: str = 
         f"{len(perms)} permutations that move every position"
     if not bool(moved.any()):
         message = (f"Permuting the {T} positions ({which}) permuted the outputs the same way; "
-                   f"{_largest_text(largest, tol_there, how)}.")
+                   f"{_largest(dev, tol, how)}.")
         return CheckResult(name, True, message, largest, tol_there, None, details)
     k = int(moved.any(dim=1).nonzero()[0])
     p = int(moved[k].nonzero()[0])
@@ -1100,8 +1105,7 @@ def check_kv_cache(model: Model, inputs: Tensor, new_cache: Callable[[], Any], *
     differs = (dev_bt > tol).any(dim=0).nonzero().flatten().tolist()
     if not differs:
         message = (f"A prompt of {prompt_len} and {T - prompt_len} cached steps of one position "
-                   f"gave the outputs of the uncached run; "
-                   f"{_largest_text(largest, tol_there, how)}.")
+                   f"gave the outputs of the uncached run; {_largest(dev_bt, tol, how)}.")
         return CheckResult(name, True, message, largest, tol_there, None, {"deviations": dev})
     p = differs[0]
     at = "in the prompt" if p < prompt_len else f"at cached step {p - prompt_len + 1}"
