@@ -141,10 +141,11 @@ class CheckResult:
         passed: the verdict.
         message: what was changed, what moved, by how much and where, in lines of at most 88
             characters (``str(result)`` too).
-        max_deviation: the deviation closest to failing: where the tolerance is the same at
-            every position (the usual case, and always with ``tolerance=``), the largest
-            deviation measured; ``inf`` where a changed run gave NaN or an infinity; ``nan``
-            when the reference outputs were not finite.
+        max_deviation: on a failure, the largest deviation measured; on a pass, the one
+            closest to its tolerance (the largest, where every position has the same
+            tolerance: the usual case, and always with ``tolerance=``); ``inf`` where a
+            changed run gave NaN or an infinity; ``nan`` when the reference outputs were not
+            finite.
         tolerance: the largest deviation allowed where ``max_deviation`` was measured.
         first_position: the first position that failed (a leaking position, a step of the
             cache, a non-finite position), or ``None`` if none did.
@@ -393,10 +394,13 @@ def _ratio(dev: Tensor, tol: Tensor) -> Tensor:
 
 
 def _nearest(dev: Tensor, tol: Tensor) -> Tuple[Tuple[int, ...], float, float]:
-    """Where the deviation comes closest to (or goes furthest past) its tolerance: the index,
-    the deviation and the tolerance there."""
+    """The deviation to report, its index and its tolerance: where some deviation exceeds its
+    tolerance, the largest deviation; otherwise the one closest to its tolerance (the largest,
+    when every position has the same tolerance), so that a near miss shows."""
     ratio = _ratio(dev, tol)
-    if not bool((ratio > 0).any()):
+    if bool((ratio > 1).any()):
+        flat = int(dev.flatten().argmax())
+    elif not bool((ratio > 0).any()):
         flat = int(tol.flatten().argmin())
     else:
         flat = int(ratio.flatten().argmax())
@@ -636,7 +640,7 @@ def check_causal(model: Model, inputs: Tensor, *, mode: str = "eval",
                f"inputs after it changed (tolerance {_fmt(float(tol[:, p].min()))}): it reads "
                f"{_positions(reads) if reads else 'several later positions together'}. "
                f"{len(leaking)} of the first {T - 1} positions leak; the largest deviation is "
-               f"{_fmt(largest)}, at position {int(deviations.argmax())} ({how}).")
+               f"{_fmt(float(deviations.max()))}, at position {int(deviations.argmax())} ({how}).")
     return CheckResult(name, False, message, largest, tol_there, p, details)
 
 
@@ -773,7 +777,8 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
     dev = torch.maximum(alone_dev, content_dev).cpu()
     tol = tol.cpu()
     details: Dict[str, Any] = {"deviations": dev, "pooled": not per_position}
-    index, largest, tol_there = _nearest(dev, tol)
+    valid = valid.cpu()
+    _, largest, tol_there = _nearest(dev[valid], tol[valid])  # padded positions do not count
     what = (f"Filling the padded positions ({num_padded} of {B} sequences have padding) with "
             "other values")
     moved = content_dev.cpu() > tol
@@ -819,7 +824,6 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
         tests += f", and filling the padding with other values left {unmoved} unchanged"
     else:
         tests += f" (padding holds pad_id = {pad_id}, so it was not refilled)"
-    valid = valid.cpu()
     message = f"{tests}; {_largest(dev[valid], tol[valid], how)}."
     return CheckResult(name, True, message, largest, tol_there, None, details)
 
