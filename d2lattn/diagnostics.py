@@ -34,7 +34,9 @@ How the checks keep out of the way (the same for all of them):
   batch statistics); dropout then draws masks by the shape of the tensor, so runs on shorter
   inputs draw other masks (see ``check_causal``'s ``prefix`` and ``check_kv_cache``). The
   changed inputs come from a separate generator, on the inputs' device. If the model calls no
-  ``nn.Module`` at all, the message says so instead of naming a mode.
+  ``nn.Module`` at all, the message says so instead of naming a mode. A module the model uses
+  only through its tensors (``F.batch_norm(x, bn.running_mean, ...)``) is never called, so the
+  check cannot see it: pass it as ``module=``.
 - **Nothing changes.** Parameters, buffers (BatchNorm's running statistics), gradients and the
   train/eval flag of every submodule of every module held are as the check found them; the
   generators' states (torch's on the CPU and on the inputs' CUDA device, numpy's, Python's)
