@@ -410,24 +410,29 @@ def check_cache_update(cached: Optional[Tensor], new: Tensor, name: str) -> None
 
 # --- the inputs of the other modules (tokens, images, regression data, Transformer blocks) -------
 
-def check_tokens(tokens: object, name: str = "tokens",
-                 vocab_size: Optional[int] = None) -> Tensor:
+def check_tokens(tokens: object, name: str = "tokens", vocab_size: Optional[int] = None, *,
+                 any_int: bool = False, check_values: bool = True) -> Tensor:
     """Token ids ``(B, T)``: any integer dtype, or, with ``vocab_size``, int64 ids in
-    ``[0, vocab_size)`` (what an ``nn.Embedding`` of that size takes)."""
-    if vocab_size is not None:
+    ``[0, vocab_size)`` (what an ``nn.Embedding`` of that size takes).
+
+    ``any_int=True`` accepts any integer dtype with ``vocab_size`` too; ``check_values=False``
+    skips the range check, the one part that reads the values (a host synchronisation on an
+    accelerator): for ids a model produced itself, inside a decoding loop."""
+    integer = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+    if vocab_size is not None and not any_int:
         if not isinstance(tokens, Tensor) or tokens.dtype != torch.long or tokens.dim() != 2:
             got = (f"{tokens.dtype} of shape {tuple(tokens.shape)}"
                    if isinstance(tokens, Tensor) else f"{type(tokens).__name__} of shape ?")
             raise ValueError(f"{name} must be a LongTensor of shape (B, T), got {got}")
-        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size):
-            raise ValueError(f"{name} entries must lie in [0, {vocab_size}) (the vocabulary "
-                             f"size), got values in [{int(tokens.min())}, {int(tokens.max())}]")
-        return tokens
-    if not isinstance(tokens, Tensor) or tokens.dim() != 2 or tokens.dtype not in (
-            torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
+    elif not isinstance(tokens, Tensor) or tokens.dim() != 2 or tokens.dtype not in integer:
         raise ValueError(f"{name} must be an integer tensor of shape (B, T), got "
                          + (f"dtype {tokens.dtype} and shape {tuple(tokens.shape)}"
                             if isinstance(tokens, Tensor) else type(tokens).__name__))
+    if vocab_size is not None and check_values and tokens.numel():
+        low, high = (int(v) for v in torch.stack([tokens.min(), tokens.max()]).tolist())
+        if low < 0 or high >= vocab_size:
+            raise ValueError(f"{name} entries must lie in [0, {vocab_size}) (vocab_size, the "
+                             f"vocabulary size), got values in [{low}, {high}]")
     return tokens
 
 

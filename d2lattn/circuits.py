@@ -163,7 +163,8 @@ def determined_positions(tokens: Tensor) -> Tensor:
     """
     tokens = check_tokens(tokens)
     same = tokens[:, :, None] == tokens[:, None, :]  # (B, T, T): token i equals token j
-    earlier = torch.ones(tokens.shape[1], tokens.shape[1], dtype=torch.bool).tril(-1)  # j < i
+    earlier = torch.ones(tokens.shape[1], tokens.shape[1], dtype=torch.bool,
+                         device=tokens.device).tril(-1)  # j < i
     return (same & earlier).any(dim=-1)  # (B, T)
 
 

@@ -231,7 +231,8 @@ class LearnedPositionalEmbedding(nn.Module):
 
 
 def rotary_embedding(
-    X: Tensor, positions: Optional[Tensor] = None, *, base: float = 10000.0
+    X: Tensor, positions: Optional[Tensor] = None, *, base: float = 10000.0,
+    frequencies: Optional[Tensor] = None,
 ) -> Tensor:
     r"""Rotary position embedding (RoPE): rotate each feature pair by an angle set by the position.
 
@@ -256,13 +257,20 @@ def rotary_embedding(
             positions, one per row of ``X`` (for example ``offset + arange(T)`` after ``offset``
             cached tokens).
         base: keyword-only, the frequency base (10000 as in the paper), ``> 1``.
+        frequencies: keyword-only; ``None`` (:math:`\omega_i = \mathrm{base}^{-2i/d}`) or the
+            ``(d/2,)`` frequencies to use instead, for example scaled ones from
+            :func:`~d2lattn.serving.rope_frequencies` (then ``base`` is not used).
+
+    The angles are computed in float64 on the device of ``X`` (positions and frequencies are
+    moved there), then the rotation is applied in the dtype of ``X``.
 
     Returns:
         a new tensor of the shape and dtype of ``X`` (``X`` is not modified).
 
     Raises:
         ValueError: ``X`` not floating point, with fewer than 2 axes or an odd last axis;
-            ``positions`` not of shape ``(T,)``; ``base <= 1``.
+            ``positions`` not of shape ``(T,)``; ``base <= 1``; ``frequencies`` not a
+            ``(d/2,)`` tensor.
 
     Example:
         >>> q = torch.tensor([[1.0, 0.0], [1.0, 0.0]])  # the same vector at positions 0 and 1
@@ -279,8 +287,15 @@ def rotary_embedding(
         pos = torch.arange(T, dtype=torch.float64, device=X.device)  # (T,)
     else:
         pos = positions.to(device=X.device, dtype=torch.float64)
-    omega = torch.pow(float(base), -torch.arange(0, d, 2, dtype=torch.float64,
-                                                 device=X.device) / d)  # (d/2,)
+    if frequencies is None:
+        omega = torch.pow(float(base), -torch.arange(0, d, 2, dtype=torch.float64,
+                                                     device=X.device) / d)  # (d/2,)
+    elif not isinstance(frequencies, Tensor) or tuple(frequencies.shape) != (d // 2,):
+        raise ValueError(f"frequencies must be a tensor of shape (d/2,) = ({d // 2},), got "
+                         + (str(tuple(frequencies.shape)) if isinstance(frequencies, Tensor)
+                            else type(frequencies).__name__))
+    else:
+        omega = frequencies.to(device=X.device, dtype=torch.float64)  # (d/2,)
     angles = pos[:, None] * omega  # (T, d/2), in float64 so that large positions stay exact
     cos, sin = torch.cos(angles).to(X.dtype), torch.sin(angles).to(X.dtype)  # (T, d/2)
     x_even, x_odd = X[..., 0::2], X[..., 1::2]  # (..., T, d/2) each
