@@ -296,3 +296,115 @@ def test_kneser_ney_is_a_distribution_and_beats_lower_orders():
         lm.bits("the dog", order=2)
     with pytest.raises(ValueError, match="max_order"):
         KneserNeyLM(text, 0)
+
+
+# --- numbers a server would trust (issue 40) ---------------------------------------------------
+
+def test_top_p_one_keeps_every_token_of_a_gpt2_sized_vocabulary():
+    """A float32 cumulative sum over 50,257 probabilities reaches 1 before the last tokens;
+    p = 1 must keep them all."""
+    g = torch.Generator().manual_seed(0)
+    for spread in (1.0, 4.0):
+        logits = torch.randn(2, 50_257, generator=g) * spread
+        kept = top_p_filter(logits, 1.0)
+        assert torch.equal(kept, logits)
+        assert kept.data_ptr() != logits.data_ptr()  # a new tensor
+
+
+@pytest.mark.parametrize("p, kept", [(0.5, 1), (0.75, 2), (0.7500001, 3), (0.74, 2)])
+def test_top_p_boundary_with_exact_probabilities(p, kept):
+    """[1/2, 1/4, 1/4]: after two tokens the mass is exactly 0.75, so p = 0.75 keeps two
+    (``mass before < p``: a ``<=`` would keep the third)."""
+    for dtype in (torch.float32, torch.float64):
+        logits = torch.tensor([0.5, 0.25, 0.25], dtype=dtype).log()
+        assert torch.isfinite(top_p_filter(logits, p)).sum().item() == kept
+        probs = next_token_probs(logits, top_p=p)
+        assert int((probs > 0).sum()) == kept
+
+
+def test_top_p_sum_is_exact_where_float32_drifts():
+    """Over a GPT-2-sized vocabulary with spread logits, a float32 running sum of the sorted
+    probabilities drifts from their exact sum by more than the smallest of them, so it keeps
+    the wrong number of tokens for p near 1; the filter sums in float64."""
+    logits = torch.randn(50_257, generator=torch.Generator().manual_seed(0)) * 4
+    sorted_probs = logits.softmax(-1).sort(descending=True).values  # float32, as the filter
+    exact = sorted_probs.double()
+    for p in (0.99999, 0.999999):
+        expected = int(((exact.cumsum(-1) - exact) < p).sum())
+        drifting = int(((sorted_probs.cumsum(-1) - sorted_probs) < p).sum())
+        assert drifting < expected  # a case where the float32 sum is wrong
+        assert int(torch.isfinite(top_p_filter(logits, p)).sum()) == expected
+
+
+def _modes(model):
+    return [m.training for m in model.modules()]
+
+
+@pytest.mark.parametrize("fn", ["held_out", "fill_in", "generate"])
+def test_evaluation_helpers_restore_the_mode_they_found(fn):
+    model = small(dropout=0.1).train()
+    model.blocks[0].eval()  # a frozen part stays frozen
+    before = _modes(model)
+    data = torch.randint(0, 11, (200,), generator=torch.Generator().manual_seed(0))
+    if fn == "held_out":
+        held_out_losses(model, data, max_windows=2)
+    elif fn == "fill_in":
+        fill_in_losses(model, data, max_windows=2)
+    else:
+        model.generate(data[None, :3], 2, greedy=True)
+    assert _modes(model) == before
+
+
+def test_evaluation_helpers_run_eval_mode_inside():
+    """The losses are those of the eval-mode model (dropout off), whatever mode it was in."""
+    model = small(dropout=0.5)
+    data = torch.randint(0, 11, (200,), generator=torch.Generator().manual_seed(0))
+    ref = held_out_losses(model.eval(), data, max_windows=3)
+    torch.testing.assert_close(held_out_losses(model.train(), data, max_windows=3), ref)
+    ref = fill_in_losses(model.eval(), data, max_windows=3)
+    torch.testing.assert_close(fill_in_losses(model.train(), data, max_windows=3), ref)
+    assert model.training
+
+
+def test_generate_does_not_read_token_values_inside_its_loop(monkeypatch):
+    """The prompt is checked once; the ids the model samples are not read back to the host
+    at every step (a synchronisation on an accelerator)."""
+    import d2lattn._checks as checks
+    model = small()
+    reads = []
+    original = checks.check_tokens
+
+    def counting(tokens, *args, **kwargs):
+        reads.append(kwargs.get("check_values", True) and len(args) > 1 and args[1] is not None)
+        return original(tokens, *args, **kwargs)
+
+    monkeypatch.setattr("d2lattn.gpt.check_tokens", counting)
+    model.generate(torch.zeros(1, 2, dtype=torch.long), 6, greedy=True)
+    model.generate(torch.zeros(1, 2, dtype=torch.long), 6, greedy=True, use_cache=False)
+    assert sum(reads) == 2  # the two prompts
+    with pytest.raises(ValueError, match="vocab_size"):
+        model(torch.full((1, 3), 11))  # outside generate, forward still checks the values
+
+
+def _unigram_level(lm):
+    """P(a) and P(c) after a history the bigram level never saw: the lower order alone."""
+    return lm.prob("a", "q", order=2), lm.prob("c", "q", order=2)
+
+
+def test_kneser_ney_uses_continuation_counts_not_raw_counts(monkeypatch):
+    """Kneser–Ney's lower order counts the distinct characters a character follows, not how
+    often it occurs. "a" occurs 10 times but only ever after "b"; "c" occurs 3 times, after
+    3 different characters: Kneser–Ney ranks "c" above "a" (continuation counts 3 and 1),
+    plain absolute discounting (raw counts 3 and 10 at every order) the other way round."""
+    text = "ba" * 10 + "xc" + "yc" + "zc"
+    p_a, p_c = _unigram_level(KneserNeyLM(text, 2, vocab=text + "q"))
+    assert p_c > 2 * p_a
+    # the same model with raw counts at every order (absolute discounting) fails the check
+    monkeypatch.setattr(KneserNeyLM, "_level", lambda self, kind, k: _raw_level(self, k))
+    p_a, p_c = _unigram_level(KneserNeyLM(text, 2, vocab=text + "q"))
+    assert not p_c > 2 * p_a
+
+
+def _raw_level(lm, k):
+    from d2lattn.ngram import _context_stats
+    return lm.raw[k], _context_stats(lm.raw[k])
