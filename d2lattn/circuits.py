@@ -312,6 +312,8 @@ class AttentionOnlyBlock(nn.Module):
 
     def forward(self, X: Tensor, *, ablate: Optional[Mapping[int, Union[float, Tensor]]] = None
                 ) -> Tuple[Tensor, Tensor]:
+        """``X`` ``(B, T, d)`` float -> ``(X', heads)``, ``(B, T, d)`` and ``(B, h, T, d)``;
+        ``ablate`` as in the class docstring."""
         if not isinstance(X, Tensor) or not X.is_floating_point() or X.dim() != 3 \
                 or X.shape[-1] != self.num_hiddens:
             raise ValueError(f"X must be a float tensor of shape (B, T, {self.num_hiddens}), got "
@@ -401,10 +403,10 @@ class AttentionOnlyTransformer(nn.Module):
 
     def forward(self, tokens: Tensor, *, ablate: Optional[Ablation] = None,
                 return_heads: bool = False) -> Union[Tensor, Tuple[Tensor, Tensor]]:
-        tokens = check_tokens(tokens)
-        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.vocab_size):
-            raise ValueError(f"tokens must lie in [0, {self.vocab_size}), got values in "
-                             f"[{int(tokens.min())}, {int(tokens.max())}]")
+        """``tokens`` ``(B, T)`` integers in ``[0, V)`` -> logits ``(B, T, V)`` (and, with
+        ``return_heads=True``, the heads' outputs ``(L, B, h, T, d)``); ``ablate`` as in the
+        class docstring."""
+        tokens = check_tokens(tokens, vocab_size=self.vocab_size, any_int=True)
         per_layer: Dict[int, Dict[int, Union[float, Tensor]]] = {}
         for key, value in (ablate or {}).items():
             if (not isinstance(key, tuple) or len(key) != 2

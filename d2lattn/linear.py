@@ -510,6 +510,18 @@ class LinearMultiHeadAttention(nn.Module):
                 valid_lens: Optional[Tensor] = None, *, attn_mask: Optional[Tensor] = None,
                 is_causal: bool = False, kv_cache: Optional[RecurrentState] = None,
                 scale: Optional[float] = None) -> Tensor:
+        """Causal self-attention with the recurrent core (chunked form).
+
+        Args:
+            queries, keys, values: the same ``(B, T, d)`` float tensor ``X``.
+            valid_lens, attn_mask, scale: must be ``None`` (the recurrence has no mask).
+            is_causal: keyword-only; must be True.
+            kv_cache: keyword-only; ``None`` or a :class:`RecurrentState`: the state after
+                the earlier tokens, replaced by the state after these ``T``.
+
+        Returns:
+            ``(B, T, d)``, the dtype of ``X`` (half precision is accumulated in float32).
+        """
         check_linear_call(queries, keys, values, valid_lens, attn_mask, is_causal, scale)
         X = queries
         if X.dim() != 3 or X.shape[-1] != self.num_hiddens:

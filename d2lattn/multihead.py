@@ -210,6 +210,13 @@ class MultiHeadAttention(nn.Module):
                 valid_lens: Optional[ValidLens] = None, *, attn_mask: Optional[Tensor] = None,
                 is_causal: bool = False, kv_cache: Optional[KVCacheLike] = None,
                 scale: Optional[float] = None) -> Tensor:
+        """Attend from ``queries`` ``(B, Q, query_size)`` over ``keys`` ``(B, K, key_size)``
+        and ``values`` ``(B, K, value_size)`` in every head; returns ``(B, Q, num_hiddens)``.
+
+        ``valid_lens`` (``None``, ``(B,)`` or ``(B, Q)``), ``attn_mask``, ``is_causal``,
+        ``kv_cache`` and ``scale`` are described in the class docstring; the weights of the
+        call are kept in :attr:`attention_weights` ``(B, h, Q, K)``.
+        """
         attn_mask = self._check(queries, keys, values, attn_mask, is_causal, kv_cache)
         # 1. project, then split the hidden axis into heads (h for queries, g for keys)
         q, k, v = self._project(queries, keys, values)

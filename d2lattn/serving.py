@@ -94,11 +94,8 @@ def mla_cache_bytes(*, num_layers: int, latent_size: int, rope_head_size: int, s
         num_layers: L. latent_size: d_c. rope_head_size: d_h^R. seq_len: T. batch_size: B.
         bytes_per_value: b.
 
-    Returns:
-        an ``int``, bytes.
-
-    Raises:
-        ValueError: an argument that is not a positive integer.
+    Returns and raises as :func:`kv_cache_bytes`: an ``int`` of bytes; ``ValueError`` for an
+    argument that is not a positive integer.
 
     Example:
         >>> mla_cache_bytes(num_layers=60, latent_size=512, rope_head_size=64, seq_len=1)
@@ -398,6 +395,19 @@ class MultiHeadLatentAttention(nn.Module):
 
     def forward(self, X: Tensor, *, is_causal: bool = True, absorbed: bool = False,
                 cache: Optional[KVCache] = None) -> Tensor:
+        """Latent attention of the ``T`` new positions over the cached and new ones.
+
+        Args:
+            X: ``(B, T, d)`` float, the parameters' dtype.
+            is_causal: keyword-only; the queries are the last ``T`` of the ``K`` positions
+                and see keys ``<=`` their own (lower-right aligned).
+            absorbed: keyword-only; the absorbed order of products (same function).
+            cache: keyword-only; ``None`` or a :class:`~d2lattn.KVCache` of latents
+                ``(B, 1, K, d_c)`` and rotated keys ``(B, 1, K, d^R)``, updated in place.
+
+        Returns:
+            ``(B, T, d)``.
+        """
         check_hidden_states(X, self.num_hiddens, dtype=self.W_q.weight.dtype)
         check_bool(is_causal=is_causal, absorbed=absorbed)
         B, T, _ = X.shape
