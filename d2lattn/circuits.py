@@ -245,9 +245,11 @@ def prefix_matching_score(attention_weights: Tensor, tokens: Tensor) -> Tensor:
     if attention_weights.shape[0] != B or attention_weights.shape[-1] != T:
         raise ValueError(f"attention_weights (B, ..., T, T) = {tuple(attention_weights.shape)} "
                          f"does not match tokens (B, T) = {tuple(tokens.shape)}")
-    before = torch.cat([torch.full((B, 1), -1, dtype=tokens.dtype), tokens[:, :-1]], 1)
+    before = torch.cat([torch.full((B, 1), -1, dtype=tokens.dtype, device=tokens.device),
+                        tokens[:, :-1]], 1)
     # target[b, i, j]: key j follows an earlier copy of token i (j - 1 < i, i.e. j <= i)
-    target = (before[:, None, :] == tokens[:, :, None]) & causal_mask(T, T)  # (B, T, T)
+    target = ((before[:, None, :] == tokens[:, :, None])
+              & causal_mask(T, T, device=tokens.device))  # (B, T, T)
     target[:, :, 0] = False  # key 0 follows nothing
     has_target = target.any(dim=-1)  # (B, T)
     shape = (B,) + (1,) * (attention_weights.dim() - 3) + (T, T)

@@ -42,6 +42,7 @@ from ._checks import (
     check_tokens,
     check_top_k,
     check_top_p,
+    values_trusted,
 )
 from ._modes import evaluating
 from .linear import LinearMultiHeadAttention, RecurrentState
@@ -239,7 +240,6 @@ class GPT(nn.Module):
                     c.num_hiddens, c.num_heads, rule=rule)
         self.norm = nn.LayerNorm(c.num_hiddens)
         self.head = nn.Linear(c.num_hiddens, c.vocab_size, bias=False)
-        self._decoding = False  # True inside generate(): the fed ids come from the model
         self.apply(self._init_weights)
         if c.tie_weights:
             self.head.weight = self.embedding.weight  # one (V, d) matrix reads and writes
@@ -280,9 +280,7 @@ class GPT(nn.Module):
             ValueError: see the class docstring.
         """
         c = self.config
-        # ids this model sampled itself (generate) are in range: no read of their values
-        check_tokens(tokens, "tokens", c.vocab_size, any_int=True,
-                     check_values=not getattr(self, "_decoding", False))
+        check_tokens(tokens, "tokens", c.vocab_size, any_int=True)
         B, T = tokens.shape
         if kv_caches is not None and not c.causal:
             raise ValueError("kv_caches need a causal model (config.causal=True)")
@@ -359,18 +357,14 @@ class GPT(nn.Module):
         tokens = prompt
         caches = self.new_caches() if use_cache else None
         feed = prompt  # with a cache: the positions not yet seen by the model
-        with evaluating(self):
+        # the prompt's ids were checked above and the later ones are the model's own, so the
+        # loop skips the range checks: it never reads a value back to the host
+        with evaluating(self), values_trusted():
             for _ in range(max_new_tokens):
-                # the prompt's ids were checked above, the later ones are the model's own:
-                # the loop never reads a value back to the host
-                self._decoding = True
-                try:
-                    if caches is not None:
-                        logits = self(feed, kv_caches=caches)[:, -1]  # (B, V)
-                    else:
-                        logits = self(tokens[:, -c.block_size:])[:, -1]  # (B, V)
-                finally:
-                    self._decoding = False
+                if caches is not None:
+                    logits = self(feed, kv_caches=caches)[:, -1]  # (B, V)
+                else:
+                    logits = self(tokens[:, -c.block_size:])[:, -1]  # (B, V)
                 if greedy:
                     nxt = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
                 else:
@@ -418,12 +412,16 @@ def mask_tokens(tokens: Tensor, mask_id: int, *, rate: float = 0.15,
     check_mask_rate(rate)
     check_tokens(tokens, "tokens", vocab_size=mask_id)
     B, T = tokens.shape
-    u = torch.rand(3, B, T, generator=generator)  # (3, B, T): chosen? masked? random?
+    # drawn on the generator's device (the CPU by default), then moved to the tokens'
+    where = generator.device if generator is not None else torch.device("cpu")
+    u = torch.rand(3, B, T, generator=generator, device=where).to(tokens.device)  # (3, B, T)
+    # u[0]: chosen? u[1]: masked or not? u[2]: a random token or itself?
     chosen = u[0] < rate
     targets = tokens.masked_fill(~chosen, -100)
     masked = chosen & (u[1] < 0.8)
     swapped = chosen & (u[1] >= 0.8) & (u[2] < 0.5)
-    random = torch.randint(0, mask_id, (B, T), generator=generator)
+    random = torch.randint(0, mask_id, (B, T), generator=generator,
+                           device=where).to(tokens.device)
     inputs = torch.where(masked, torch.full_like(tokens, mask_id), tokens)
     inputs = torch.where(swapped, random, inputs)
     return inputs, targets

@@ -43,7 +43,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._checks import (check_additive_args, check_chunk_size, check_delta_args, check_heads,
-                      check_linear_call, check_linear_rule)
+                      check_linear_call, check_linear_rule, values_trusted)
 from .masking import causal_mask
 from .multihead import merge_heads, split_heads
 
@@ -548,9 +548,10 @@ class LinearMultiHeadAttention(nn.Module):
             alpha = None
             if self.W_alpha is not None:  # kept above 0, so that its log is finite
                 alpha = torch.sigmoid(self.W_alpha(X)).transpose(1, 2).clamp_min(1e-6)
-            out, state = delta_rule_chunked(q, k, v, beta, self.chunk_size, alpha=alpha,
-                                            initial_state=start,  # type: ignore[arg-type]
-                                            return_state=True)
+            with values_trusted():  # sigmoid gates are in range: not read back to the host
+                out, state = delta_rule_chunked(q, k, v, beta, self.chunk_size, alpha=alpha,
+                                                initial_state=start,  # type: ignore[arg-type]
+                                                return_state=True)
         if kv_cache is not None:
             kv_cache.state = tuple(s.detach() for s in state) if isinstance(state, tuple) \
                 else state.detach()  # type: ignore[assignment]

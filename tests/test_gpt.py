@@ -366,24 +366,52 @@ def test_evaluation_helpers_run_eval_mode_inside():
     assert model.training
 
 
-def test_generate_does_not_read_token_values_inside_its_loop(monkeypatch):
-    """The prompt is checked once; the ids the model samples are not read back to the host
-    at every step (a synchronisation on an accelerator)."""
-    import d2lattn._checks as checks
-    model = small()
-    reads = []
-    original = checks.check_tokens
+def _value_reads(fn):
+    """Calls that read a tensor's value back to Python (a host synchronisation on an
+    accelerator) while ``fn`` runs, by the file that made them."""
+    import collections
+    import traceback
+    reads = collections.Counter()
+    names = ["item", "tolist", "__bool__", "__int__", "__float__", "__index__"]
+    originals = {n: getattr(torch.Tensor, n) for n in names}
 
-    def counting(tokens, *args, **kwargs):
-        reads.append(kwargs.get("check_values", True) and len(args) > 1 and args[1] is not None)
-        return original(tokens, *args, **kwargs)
+    def counting(name):
+        def read(self, *args, **kwargs):
+            caller = traceback.extract_stack(limit=2)[0]  # the frame that read
+            reads[caller.filename.replace("\\", "/").rsplit("/", 1)[-1]] += 1
+            return originals[name](self, *args, **kwargs)
+        return read
 
-    monkeypatch.setattr("d2lattn.gpt.check_tokens", counting)
-    model.generate(torch.zeros(1, 2, dtype=torch.long), 6, greedy=True)
-    model.generate(torch.zeros(1, 2, dtype=torch.long), 6, greedy=True, use_cache=False)
-    assert sum(reads) == 2  # the two prompts
+    try:
+        for n in names:
+            setattr(torch.Tensor, n, counting(n))
+        fn()
+    finally:
+        for n in names:
+            setattr(torch.Tensor, n, originals[n])
+    return reads
+
+
+@pytest.mark.parametrize("attention", ["softmax", "delta"])
+@pytest.mark.parametrize("kw", [dict(greedy=True), dict(top_p=0.9, top_k=5),
+                                dict(greedy=True, use_cache=False)])
+def test_generate_reads_no_value_inside_its_loop(attention, kw):
+    """The prompt's ids are checked once; inside the loop no check reads a value (the ids
+    are the model's own, the delta rule's gates come from a sigmoid). The one read left on
+    the CPU is masked_softmax's look for an empty row, which it skips on an accelerator."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=11, block_size=16, num_hiddens=16, num_heads=2,
+                          num_layers=2, ffn_num_hiddens=32, attention=attention,
+                          positions="rotary" if attention == "softmax" else "learned"))
+    prompt = torch.zeros(1, 3, dtype=torch.long)
+    short = _value_reads(lambda: model.generate(prompt, 1, **kw))
+    long = _value_reads(lambda: model.generate(prompt, 8, **kw))
+    del short["masking.py"], long["masking.py"]  # pragma: the CPU-only look (see above)
+    assert long == short and sum(long.values()) == 1, long  # the prompt's range check
     with pytest.raises(ValueError, match="vocab_size"):
         model(torch.full((1, 3), 11))  # outside generate, forward still checks the values
+    with pytest.raises(ValueError, match="vocab_size"):
+        model.generate(torch.full((1, 3), 11), 2)
 
 
 def _unigram_level(lm):
@@ -408,3 +436,57 @@ def test_kneser_ney_uses_continuation_counts_not_raw_counts(monkeypatch):
 def _raw_level(lm, k):
     from d2lattn.ngram import _context_stats
     return lm.raw[k], _context_stats(lm.raw[k])
+
+
+# --- any device, any float (issue 40) -----------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_gpt_runs_in_half_precision_on_the_cpu(dtype):
+    model = small().float()
+    tokens = torch.randint(0, 11, (2, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ref = model(tokens)
+        out = model.to(dtype)(tokens)
+    assert out.dtype == dtype
+    torch.testing.assert_close(out.float(), ref, atol=0.05, rtol=0.05)
+    sample = model.generate(tokens[:, :3], 5, top_p=0.9, top_k=5,
+                            generator=torch.Generator().manual_seed(0))
+    assert sample.shape == (2, 8) and int(sample.max()) < 11
+    assert top_p_filter(out, 1.0).dtype == dtype and top_p_filter(out, 0.5).dtype == dtype
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpt_helpers_run_on_cuda():
+    """The model, its sampling, its losses and BERT's corruption on the input's device (run
+    where a GPU is present; skipped otherwise)."""
+    model = small().cuda()
+    data = torch.randint(0, 11, (300,), generator=torch.Generator().manual_seed(0))
+    ref = held_out_losses(small(), data, max_windows=4)
+    torch.testing.assert_close(held_out_losses(model, data, max_windows=4), ref)
+    ref = fill_in_losses(small(), data, max_windows=4)
+    torch.testing.assert_close(fill_in_losses(model, data, max_windows=4), ref)
+    prompt = data[None, :3].cuda()
+    greedy = model.generate(prompt, 6, greedy=True)
+    assert greedy.device.type == "cuda"
+    assert torch.equal(greedy.cpu(), small().generate(prompt.cpu(), 6, greedy=True))
+    sample = model.generate(prompt, 6, top_p=0.9,
+                            generator=torch.Generator("cuda").manual_seed(0))
+    assert sample.device.type == "cuda"
+    import warnings
+
+    def syncs(n):  # host synchronisations while generating n tokens
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                model.generate(prompt, n, greedy=True)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        return len(caught)
+
+    assert syncs(8) == syncs(1)  # none inside the loop
+    inputs, targets = mask_tokens(data.view(3, 100).cuda(), 10,
+                                  generator=torch.Generator().manual_seed(0))
+    ref_inputs, ref_targets = mask_tokens(data.view(3, 100), 10,
+                                          generator=torch.Generator().manual_seed(0))
+    assert torch.equal(inputs.cpu(), ref_inputs) and torch.equal(targets.cpu(), ref_targets)
