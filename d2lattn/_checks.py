@@ -754,9 +754,10 @@ def check_even_size(num_hiddens: object) -> None:
         raise ValueError(f"num_hiddens must be a positive even integer, got {num_hiddens!r}")
 
 
-def check_rotary_args(X: object, base: object, positions: object) -> None:
-    """Rotary embedding's input ``(..., T, d)`` float with an even ``d``, ``base > 1`` and
-    ``positions`` ``None`` or ``(T,)``."""
+def check_rotary_args(X: object, base: object, positions: object,
+                      frequencies: object = None) -> None:
+    """Rotary embedding's input ``(..., T, d)`` float with an even ``d``, ``base > 1``,
+    ``positions`` ``None`` or ``(T,)`` and ``frequencies`` ``None`` or ``(d/2,)``."""
     if not isinstance(X, Tensor) or not X.is_floating_point() or X.dim() < 2:
         raise ValueError("X must be a floating-point tensor of shape (..., T, d)")
     T, d = X.shape[-2], X.shape[-1]
@@ -769,6 +770,11 @@ def check_rotary_args(X: object, base: object, positions: object) -> None:
         raise ValueError(f"positions must be a tensor of shape (T,) = ({T},), got "
                          + (str(tuple(positions.shape)) if isinstance(positions, Tensor)
                             else type(positions).__name__))
+    if frequencies is not None and (not isinstance(frequencies, Tensor)
+                                    or tuple(frequencies.shape) != (d // 2,)):
+        raise ValueError(f"frequencies must be a tensor of shape (d/2,) = ({d // 2},), got "
+                         + (str(tuple(frequencies.shape)) if isinstance(frequencies, Tensor)
+                            else type(frequencies).__name__))
 
 
 def check_slopes(slopes: object, num_heads: int) -> None:

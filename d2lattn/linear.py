@@ -26,6 +26,10 @@ k_t^T) + beta_t v_t k_t^T``:
 - :func:`delta_rule_recurrent` (:func:`delta_rule_step` per token) and
   :func:`delta_rule_chunked` (the WY-style triangular solve of Yang et al. 2024, section 3.2).
 
+Every form takes float16 and bfloat16 inputs: it computes in float32 (the state is a sum over
+all earlier tokens, and PyTorch's triangular solve has no half-precision kernel) and returns
+outputs and state in the input dtype, as flash-linear-attention's kernels do.
+
 :class:`LinearMultiHeadAttention` is a causal self-attention layer built on them with the call
 of :class:`~d2lattn.MultiHeadAttention`, so it can replace the attention of chapter 12's GPT
 (``GPTConfig(attention="linear")``), and :class:`RecurrentState` is its cache for generation:

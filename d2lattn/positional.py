@@ -281,7 +281,7 @@ def rotary_embedding(
     Source: Su et al. (2021), "RoFormer: Enhanced Transformer with Rotary Position
     Embedding", equations (13)-(16) and (34); book chapter 8.
     """
-    check_rotary_args(X, base, positions)
+    check_rotary_args(X, base, positions, frequencies)
     T, d = X.shape[-2], X.shape[-1]
     if positions is None:
         pos = torch.arange(T, dtype=torch.float64, device=X.device)  # (T,)
@@ -290,10 +290,6 @@ def rotary_embedding(
     if frequencies is None:
         omega = torch.pow(float(base), -torch.arange(0, d, 2, dtype=torch.float64,
                                                      device=X.device) / d)  # (d/2,)
-    elif not isinstance(frequencies, Tensor) or tuple(frequencies.shape) != (d // 2,):
-        raise ValueError(f"frequencies must be a tensor of shape (d/2,) = ({d // 2},), got "
-                         + (str(tuple(frequencies.shape)) if isinstance(frequencies, Tensor)
-                            else type(frequencies).__name__))
     else:
         omega = frequencies.to(device=X.device, dtype=torch.float64)  # (d/2,)
     angles = pos[:, None] * omega  # (T, d/2), in float64 so that large positions stay exact
