@@ -283,20 +283,3 @@ def test_additive_forms_in_half_precision(dtype):
                 linear_attention_chunked(*half, 16)):
         assert out.dtype == dtype
         torch.testing.assert_close(out.double(), ref, atol=tol, rtol=tol)
-
-
-@pytest.mark.parametrize("attention", ["linear", "delta", "gated_delta"])
-@pytest.mark.parametrize("dtype", HALF)
-def test_recurrent_gpts_run_in_half_precision(attention, dtype):
-    torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=11, block_size=16, num_hiddens=16, num_heads=2,
-                          num_layers=2, ffn_num_hiddens=32, positions="learned",
-                          attention=attention)).eval()
-    tokens = torch.randint(0, 11, (2, 16), generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        ref = model(tokens)
-        out = model.to(dtype)(tokens)
-    assert out.dtype == dtype
-    torch.testing.assert_close(out.float(), ref, atol=0.1, rtol=0.1)
-    assert model.generate(tokens[:, :3], 4, greedy=True).shape == (2, 7)
-
