@@ -283,3 +283,18 @@ def test_additive_forms_in_half_precision(dtype):
                 linear_attention_chunked(*half, 16)):
         assert out.dtype == dtype
         torch.testing.assert_close(out.double(), ref, atol=tol, rtol=tol)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+def test_delta_rule_on_cuda_equals_the_cpu(dtype):
+    """Run where a GPU is present (skipped otherwise): the chunked delta rule on CUDA."""
+    k = F.normalize(randn(2, 3, 20, 8), dim=-1)
+    q, v, beta = randn(2, 3, 20, 8, seed=1), randn(2, 3, 20, 4, seed=2), randn(2, 3, 20).sigmoid()
+    alpha = randn(2, 3, 20, seed=4).sigmoid()
+    args = [t.to(dtype) for t in (q, k, v, beta)]
+    ref = delta_rule_chunked(*args, 8, alpha=alpha.to(dtype))
+    out = delta_rule_chunked(*[t.cuda() for t in args], 8, alpha=alpha.to(dtype).cuda())
+    assert out.device.type == "cuda" and out.dtype == dtype
+    tol = 1e-9 if dtype == torch.float64 else 2e-2
+    torch.testing.assert_close(out.cpu().double(), ref.double(), atol=tol, rtol=tol)

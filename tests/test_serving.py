@@ -422,3 +422,27 @@ def test_serving_runs_on_cuda():
                                          attn_mask=causal_mask(3, 40, device="cuda"),
                                          enable_gqa=True)
     torch.testing.assert_close(cache.attend("s", q).float(), ref, atol=2e-3, rtol=2e-3)
+
+
+def test_everything_is_built_on_the_inputs_device_meta():
+    """On PyTorch's "meta" device (shapes without data) any tensor built on the CPU inside a
+    function meets the input on another device and fails: a CPU-only check of the device
+    handling that CUDA tests repeat where a GPU is present."""
+    from d2lattn import LinearMultiHeadAttention
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=11, block_size=8, num_hiddens=16, num_heads=2,
+                          num_layers=2, ffn_num_hiddens=32)).eval().to("meta")
+    tokens = torch.randint(0, 11, (2, 12))  # checked on the CPU, then moved to the model
+    for kw in (dict(), dict(window=4, num_sinks=2, method="yarn", factor=2)):
+        out = gpt_logits(model, tokens, **kw)
+        assert out.device.type == "meta" and out.shape == (2, 12, 11)
+    mla = MultiHeadLatentAttention(16, 4, latent_size=6, rope_head_size=2).to("meta")
+    X = torch.empty(2, 5, 16, device="meta")
+    assert mla(X, absorbed=True).device.type == "meta"
+    for rule in ("additive", "delta", "gated_delta"):
+        layer = LinearMultiHeadAttention(16, 4, rule=rule).to("meta")
+        assert layer(X, X, X, is_causal=True).device.type == "meta"
+    cache = PagedKVCache(4, 4, 2, 3, device="meta")
+    cache.append("s", torch.empty(2, 6, 3, device="meta"), torch.empty(2, 6, 3, device="meta"))
+    assert cache.gather("s")[0].device.type == "meta"
+    assert cache.attend("s", torch.empty(4, 2, 3, device="meta")).shape == (4, 2, 3)
