@@ -113,6 +113,7 @@ class PositionalEncoding(nn.Module):
         return self.P.shape[0]
 
     def forward(self, X: Tensor) -> Tensor:
+        """``X`` ``(B, T, d)`` float, ``T <= max_len`` -> ``X + P[:T]`` (then dropout)."""
         check_positions_input(X, self.P.shape[1], self.max_len)
         T = X.shape[-2]
         return self.dropout(X + self.P[:T].to(X.dtype))  # (B, T, d)
@@ -224,6 +225,8 @@ class LearnedPositionalEmbedding(nn.Module):
         return self.embedding.weight
 
     def forward(self, X: Tensor) -> Tensor:
+        """``X`` ``(B, T, d)`` float, ``T <= max_len`` -> ``X`` plus the first ``T`` rows of the
+        table (then dropout)."""
         check_positions_input(X, self.embedding.embedding_dim, self.max_len,
                               ": a learned table has no row for a later position")
         T = X.shape[-2]

@@ -156,6 +156,7 @@ class PositionWiseFFN(nn.Module):
         self.activation = _activation(activation)
 
     def forward(self, X: Tensor) -> Tensor:
+        """``X`` ``(..., num_hiddens)`` float -> ``(..., num_hiddens)``, position by position."""
         return self.dense2(self.dropout(self.activation(self.dense1(X))))  # (B, T, num_hiddens)
 
 
@@ -444,6 +445,9 @@ class TransformerDecoderBlock(_TransformerBlock):
                 *, is_causal: bool = True, kv_cache: Optional[KVCache] = None,
                 valid_lens: Optional[ValidLens] = None, attn_mask: Optional[Tensor] = None,
                 memory_mask: Optional[Tensor] = None) -> Tensor:
+        """``X`` ``(B, T, d)`` attends to itself (causal by default) and to ``memory``
+        ``(B, S, d)``; returns ``(B, T, d)``. The masks and the cache are described in the
+        class docstring."""
         check_hidden_states(X, self.num_hiddens, dtype=self.norm1.weight.dtype)
         check_hidden_states(memory, self.num_hiddens, "memory", dtype=self.norm1.weight.dtype)
         if memory.shape[0] != X.shape[0]:
