@@ -9,8 +9,10 @@ d2lattn (every other module may import it).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
-from typing import Optional, Sequence, Tuple, Union
+from typing import Iterator, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor, nn
@@ -20,6 +22,27 @@ ValidLens = Union[Tensor, Sequence[int]]
 #: A sliding window: ``w`` (the same on both sides) or ``(left, right)``; ``None`` or ``-1``
 #: on one side means unbounded on that side (FlashAttention's convention).
 Window = Union[int, Tuple[Optional[int], Optional[int]]]
+
+
+#: True while a model feeds its own layers values that are valid by construction.
+_VALUES_TRUSTED: contextvars.ContextVar = contextvars.ContextVar("d2lattn_values_trusted",
+                                                                  default=False)
+
+
+@contextlib.contextmanager
+def values_trusted() -> Iterator[None]:
+    """Skip the checks that read tensor *values* (ranges of ids and gates) inside the block.
+
+    Reading a value is a host synchronisation on an accelerator. A model uses this where it
+    produced the values itself: ``GPT.generate`` feeds back the ids it sampled, and
+    :class:`~d2lattn.LinearMultiHeadAttention` passes gates that a sigmoid keeps in range.
+    Shapes, dtypes and devices are still checked.
+    """
+    token = _VALUES_TRUSTED.set(True)
+    try:
+        yield
+    finally:
+        _VALUES_TRUSTED.reset(token)
 
 
 # --- numbers ----------------------------------------------------------------------------------
@@ -410,24 +433,28 @@ def check_cache_update(cached: Optional[Tensor], new: Tensor, name: str) -> None
 
 # --- the inputs of the other modules (tokens, images, regression data, Transformer blocks) -------
 
-def check_tokens(tokens: object, name: str = "tokens",
-                 vocab_size: Optional[int] = None) -> Tensor:
+def check_tokens(tokens: object, name: str = "tokens", vocab_size: Optional[int] = None, *,
+                 any_int: bool = False) -> Tensor:
     """Token ids ``(B, T)``: any integer dtype, or, with ``vocab_size``, int64 ids in
-    ``[0, vocab_size)`` (what an ``nn.Embedding`` of that size takes)."""
-    if vocab_size is not None:
+    ``[0, vocab_size)`` (what an ``nn.Embedding`` of that size takes).
+
+    ``any_int=True`` accepts any integer dtype with ``vocab_size`` too. The range check, the
+    one part that reads the values, is skipped under :func:`values_trusted`."""
+    integer = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+    if vocab_size is not None and not any_int:
         if not isinstance(tokens, Tensor) or tokens.dtype != torch.long or tokens.dim() != 2:
             got = (f"{tokens.dtype} of shape {tuple(tokens.shape)}"
                    if isinstance(tokens, Tensor) else f"{type(tokens).__name__} of shape ?")
             raise ValueError(f"{name} must be a LongTensor of shape (B, T), got {got}")
-        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size):
-            raise ValueError(f"{name} entries must lie in [0, {vocab_size}) (the vocabulary "
-                             f"size), got values in [{int(tokens.min())}, {int(tokens.max())}]")
-        return tokens
-    if not isinstance(tokens, Tensor) or tokens.dim() != 2 or tokens.dtype not in (
-            torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
+    elif not isinstance(tokens, Tensor) or tokens.dim() != 2 or tokens.dtype not in integer:
         raise ValueError(f"{name} must be an integer tensor of shape (B, T), got "
                          + (f"dtype {tokens.dtype} and shape {tuple(tokens.shape)}"
                             if isinstance(tokens, Tensor) else type(tokens).__name__))
+    if vocab_size is not None and tokens.numel() and not _VALUES_TRUSTED.get():
+        low, high = (int(v) for v in torch.stack([tokens.min(), tokens.max()]).tolist())
+        if low < 0 or high >= vocab_size:
+            raise ValueError(f"{name} entries must lie in [0, {vocab_size}) (vocab_size, the "
+                             f"vocabulary size), got values in [{low}, {high}]")
     return tokens
 
 
@@ -777,9 +804,10 @@ def check_even_size(num_hiddens: object) -> None:
         raise ValueError(f"num_hiddens must be a positive even integer, got {num_hiddens!r}")
 
 
-def check_rotary_args(X: object, base: object, positions: object) -> None:
-    """Rotary embedding's input ``(..., T, d)`` float with an even ``d``, ``base > 1`` and
-    ``positions`` ``None`` or ``(T,)``."""
+def check_rotary_args(X: object, base: object, positions: object,
+                      frequencies: object = None) -> None:
+    """Rotary embedding's input ``(..., T, d)`` float with an even ``d``, ``base > 1``,
+    ``positions`` ``None`` or ``(T,)`` and ``frequencies`` ``None`` or ``(d/2,)``."""
     if not isinstance(X, Tensor) or not X.is_floating_point() or X.dim() < 2:
         raise ValueError("X must be a floating-point tensor of shape (..., T, d)")
     T, d = X.shape[-2], X.shape[-1]
@@ -792,6 +820,11 @@ def check_rotary_args(X: object, base: object, positions: object) -> None:
         raise ValueError(f"positions must be a tensor of shape (T,) = ({T},), got "
                          + (str(tuple(positions.shape)) if isinstance(positions, Tensor)
                             else type(positions).__name__))
+    if frequencies is not None and (not isinstance(frequencies, Tensor)
+                                    or tuple(frequencies.shape) != (d // 2,)):
+        raise ValueError(f"frequencies must be a tensor of shape (d/2,) = ({d // 2},), got "
+                         + (str(tuple(frequencies.shape)) if isinstance(frequencies, Tensor)
+                            else type(frequencies).__name__))
 
 
 def check_slopes(slopes: object, num_heads: int) -> None:
@@ -897,6 +930,8 @@ def check_gates(name: str, gate: object, keys: Tensor, low_open: bool) -> None:
         raise ValueError(f"{name} must be a tensor of shape (..., T) = {shape}, got "
                          f"{_describe(gate)}")
     check_same_dtype_device(keys=keys, **{name: gate})
+    if _VALUES_TRUSTED.get():
+        return  # gates the layer made itself (a sigmoid): in range, and not read back
     if low_open:
         if not bool(((gate > 0) & (gate <= 1)).all()):
             raise ValueError(f"{name} must lie in (0, 1] (a decay factor)")

@@ -163,7 +163,8 @@ def determined_positions(tokens: Tensor) -> Tensor:
     """
     tokens = check_tokens(tokens)
     same = tokens[:, :, None] == tokens[:, None, :]  # (B, T, T): token i equals token j
-    earlier = torch.ones(tokens.shape[1], tokens.shape[1], dtype=torch.bool).tril(-1)  # j < i
+    earlier = torch.ones(tokens.shape[1], tokens.shape[1], dtype=torch.bool,
+                         device=tokens.device).tril(-1)  # j < i
     return (same & earlier).any(dim=-1)  # (B, T)
 
 
@@ -244,9 +245,11 @@ def prefix_matching_score(attention_weights: Tensor, tokens: Tensor) -> Tensor:
     if attention_weights.shape[0] != B or attention_weights.shape[-1] != T:
         raise ValueError(f"attention_weights (B, ..., T, T) = {tuple(attention_weights.shape)} "
                          f"does not match tokens (B, T) = {tuple(tokens.shape)}")
-    before = torch.cat([torch.full((B, 1), -1, dtype=tokens.dtype), tokens[:, :-1]], 1)
+    before = torch.cat([torch.full((B, 1), -1, dtype=tokens.dtype, device=tokens.device),
+                        tokens[:, :-1]], 1)
     # target[b, i, j]: key j follows an earlier copy of token i (j - 1 < i, i.e. j <= i)
-    target = (before[:, None, :] == tokens[:, :, None]) & causal_mask(T, T)  # (B, T, T)
+    target = ((before[:, None, :] == tokens[:, :, None])
+              & causal_mask(T, T, device=tokens.device))  # (B, T, T)
     target[:, :, 0] = False  # key 0 follows nothing
     has_target = target.any(dim=-1)  # (B, T)
     shape = (B,) + (1,) * (attention_weights.dim() - 3) + (T, T)
@@ -311,6 +314,8 @@ class AttentionOnlyBlock(nn.Module):
 
     def forward(self, X: Tensor, *, ablate: Optional[Mapping[int, Union[float, Tensor]]] = None
                 ) -> Tuple[Tensor, Tensor]:
+        """``X`` ``(B, T, d)`` float -> ``(X', heads)``, ``(B, T, d)`` and ``(B, h, T, d)``;
+        ``ablate`` as in the class docstring."""
         if not isinstance(X, Tensor) or not X.is_floating_point() or X.dim() != 3 \
                 or X.shape[-1] != self.num_hiddens:
             raise ValueError(f"X must be a float tensor of shape (B, T, {self.num_hiddens}), got "
@@ -400,10 +405,10 @@ class AttentionOnlyTransformer(nn.Module):
 
     def forward(self, tokens: Tensor, *, ablate: Optional[Ablation] = None,
                 return_heads: bool = False) -> Union[Tensor, Tuple[Tensor, Tensor]]:
-        tokens = check_tokens(tokens)
-        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.vocab_size):
-            raise ValueError(f"tokens must lie in [0, {self.vocab_size}), got values in "
-                             f"[{int(tokens.min())}, {int(tokens.max())}]")
+        """``tokens`` ``(B, T)`` integers in ``[0, V)`` -> logits ``(B, T, V)`` (and, with
+        ``return_heads=True``, the heads' outputs ``(L, B, h, T, d)``); ``ablate`` as in the
+        class docstring."""
+        tokens = check_tokens(tokens, vocab_size=self.vocab_size, any_int=True)
         per_layer: Dict[int, Dict[int, Union[float, Tensor]]] = {}
         for key, value in (ablate or {}).items():
             if (not isinstance(key, tuple) or len(key) != 2

@@ -42,7 +42,9 @@ from ._checks import (
     check_tokens,
     check_top_k,
     check_top_p,
+    values_trusted,
 )
+from ._modes import evaluating
 from .linear import LinearMultiHeadAttention, RecurrentState
 from .text import random_windows
 from .transformer import KVCache, TransformerEncoderBlock
@@ -117,7 +119,8 @@ def top_p_filter(logits: Tensor, p: float) -> Tensor:
     Sort the probabilities in decreasing order, :math:`\pi_{(1)} \ge \pi_{(2)} \ge \dots`; keep
     the first :math:`m` with :math:`m = \min\{m : \sum_{i \le m} \pi_{(i)} \ge p\}`. Token
     ``(i)`` is kept when the mass *before* it is still below ``p``. The most likely token is
-    always kept; ``p = 1`` keeps every token of non-zero probability.
+    always kept; ``p = 1`` keeps every token (the logits are returned unchanged, whatever the
+    rounding of a sum over a large vocabulary). The mass is summed in float64.
 
     Args:
         logits: ``(..., V)`` float. p: a number in ``(0, 1]``.
@@ -134,8 +137,13 @@ def top_p_filter(logits: Tensor, p: float) -> Tensor:
     """
     check_logits(logits)
     check_top_p(p)
+    if p >= 1:  # every token: no rounded sum may decide that the mass is already complete
+        return logits.clone()
     probs, order = logits.float().softmax(dim=-1).sort(dim=-1, descending=True)
-    mass_before = probs.cumsum(dim=-1) - probs  # (..., V)
+    # the mass before each token, summed in float64 (a float32 sum over 50k tokens drifts by
+    # more than the smallest probabilities; exact probabilities such as 1/2 + 1/4 stay exact)
+    wide = probs.to(torch.float32 if probs.device.type == "mps" else torch.float64)
+    mass_before = wide.cumsum(dim=-1) - wide  # (..., V)
     keep_sorted = mass_before < p
     keep_sorted[..., 0] = True
     keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
@@ -257,10 +265,22 @@ class GPT(nn.Module):
 
     def forward(self, tokens: Tensor, *,
                 kv_caches: Optional[List[Union[KVCache, RecurrentState]]] = None) -> Tensor:
+        """Logits of the next token at every position.
+
+        Args:
+            tokens: ``(B, T)`` integer ids in ``[0, V)``; with ``kv_caches``, the ``T``
+                positions after the cached ones (``past + T <= block_size``).
+            kv_caches: keyword-only; ``None`` or one cache per layer (:meth:`new_caches`),
+                updated in place.
+
+        Returns:
+            ``(B, T, V)`` logits, the dtype of the parameters.
+
+        Raises:
+            ValueError: see the class docstring.
+        """
         c = self.config
-        if (not isinstance(tokens, Tensor) or tokens.dim() != 2 or tokens.is_floating_point()
-                or tokens.dtype == torch.bool):
-            raise ValueError("tokens must be an integer tensor of shape (B, T)")
+        check_tokens(tokens, "tokens", c.vocab_size, any_int=True)
         B, T = tokens.shape
         if kv_caches is not None and not c.causal:
             raise ValueError("kv_caches need a causal model (config.causal=True)")
@@ -271,8 +291,6 @@ class GPT(nn.Module):
         if past + T > c.block_size:
             raise ValueError(f"{past} cached + {T} new positions exceed block_size = "
                              f"{c.block_size}")
-        if T and (int(tokens.min()) < 0 or int(tokens.max()) >= c.vocab_size):
-            raise ValueError(f"tokens must lie in [0, vocab_size = {c.vocab_size})")
         X = self.embedding(tokens)  # (B, T, d)
         if self.positions is not None:
             X = X + self.positions(torch.arange(past, past + T, device=tokens.device))
@@ -318,8 +336,8 @@ class GPT(nn.Module):
         if not c.causal:
             raise ValueError("generate() needs a causal model (config.causal=True); a masked "
                              "language model does not write left to right")
-        if (not isinstance(prompt, Tensor) or prompt.dim() != 2 or prompt.shape[1] < 1
-                or prompt.is_floating_point() or prompt.dtype == torch.bool):
+        check_tokens(prompt, "prompt", c.vocab_size, any_int=True)
+        if prompt.shape[1] < 1:
             raise ValueError("prompt must be an integer tensor of shape (B, T0) with T0 >= 1")
         check_non_negative_ints(max_new_tokens=max_new_tokens)
         check_bool(greedy=greedy)
@@ -336,25 +354,25 @@ class GPT(nn.Module):
         if use_cache and total > c.block_size:
             raise ValueError(f"use_cache=True needs T0 + max_new_tokens = {total} <= "
                              f"block_size = {c.block_size}")
-        was_training = self.training
-        self.eval()
         tokens = prompt
         caches = self.new_caches() if use_cache else None
         feed = prompt  # with a cache: the positions not yet seen by the model
-        for _ in range(max_new_tokens):
-            if caches is not None:
-                logits = self(feed, kv_caches=caches)[:, -1]  # (B, V)
-            else:
-                logits = self(tokens[:, -c.block_size:])[:, -1]  # (B, V)
-            if greedy:
-                nxt = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
-            else:
-                probs = next_token_probs(logits, temperature=temperature, top_k=top_k,
-                                         top_p=top_p)
-                nxt = torch.multinomial(probs, 1, generator=generator)  # (B, 1)
-            tokens = torch.cat([tokens, nxt], dim=1)
-            feed = nxt
-        self.train(was_training)
+        # the prompt's ids were checked above and the later ones are the model's own, so the
+        # loop skips the range checks: it never reads a value back to the host
+        with evaluating(self), values_trusted():
+            for _ in range(max_new_tokens):
+                if caches is not None:
+                    logits = self(feed, kv_caches=caches)[:, -1]  # (B, V)
+                else:
+                    logits = self(tokens[:, -c.block_size:])[:, -1]  # (B, V)
+                if greedy:
+                    nxt = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
+                else:
+                    probs = next_token_probs(logits, temperature=temperature, top_k=top_k,
+                                             top_p=top_p)
+                    nxt = torch.multinomial(probs, 1, generator=generator)  # (B, 1)
+                tokens = torch.cat([tokens, nxt], dim=1)
+                feed = nxt
         return tokens
 
 
@@ -394,12 +412,16 @@ def mask_tokens(tokens: Tensor, mask_id: int, *, rate: float = 0.15,
     check_mask_rate(rate)
     check_tokens(tokens, "tokens", vocab_size=mask_id)
     B, T = tokens.shape
-    u = torch.rand(3, B, T, generator=generator)  # (3, B, T): chosen? masked? random?
+    # drawn on the generator's device (the CPU by default), then moved to the tokens'
+    where = generator.device if generator is not None else torch.device("cpu")
+    u = torch.rand(3, B, T, generator=generator, device=where).to(tokens.device)  # (3, B, T)
+    # u[0]: chosen? u[1]: masked or not? u[2]: a random token or itself?
     chosen = u[0] < rate
     targets = tokens.masked_fill(~chosen, -100)
     masked = chosen & (u[1] < 0.8)
     swapped = chosen & (u[1] >= 0.8) & (u[2] < 0.5)
-    random = torch.randint(0, mask_id, (B, T), generator=generator)
+    random = torch.randint(0, mask_id, (B, T), generator=generator,
+                           device=where).to(tokens.device)
     inputs = torch.where(masked, torch.full_like(tokens, mask_id), tokens)
     inputs = torch.where(swapped, random, inputs)
     return inputs, targets
@@ -509,8 +531,9 @@ def held_out_losses(model: GPT, data: Tensor, *, batch_size: int = 64,
         batch_size: windows per forward pass. max_windows: use only the first windows.
 
     Returns:
-        ``(W, T)`` float: the cross-entropy in **bits** of each prediction, window by window;
-        the mean is the held-out bits per character, the mean over axis 0 the loss by position.
+        ``(W, T)`` float on the CPU: the cross-entropy in **bits** of each prediction, window
+        by window; the mean is the held-out bits per character, the mean over axis 0 the loss
+        by position. The model runs in eval mode and is given back in the mode it was in.
     """
     T = model.config.block_size
     W = (data.numel() - 1) // T
@@ -518,15 +541,15 @@ def held_out_losses(model: GPT, data: Tensor, *, batch_size: int = 64,
         W = min(W, max_windows)
     if W < 1:
         raise ValueError(f"data must hold more than block_size + 1 = {T + 1} tokens")
-    model.eval()
     device = model.embedding.weight.device
     index = torch.arange(W)[:, None] * T + torch.arange(T + 1)  # (W, T + 1)
     out = []
-    for chunk in index.split(batch_size):
-        windows = data[chunk].to(device)  # (b, T + 1)
-        logits = model(windows[:, :-1])  # (b, T, V)
-        nats = F.cross_entropy(logits.transpose(1, 2), windows[:, 1:], reduction="none")
-        out.append((nats / math.log(2)).cpu())  # (b, T) bits
+    with evaluating(model):
+        for chunk in index.split(batch_size):
+            windows = data[chunk].to(device)  # (b, T + 1)
+            logits = model(windows[:, :-1])  # (b, T, V)
+            nats = F.cross_entropy(logits.transpose(1, 2), windows[:, 1:], reduction="none")
+            out.append((nats / math.log(2)).cpu())  # (b, T) bits
     return torch.cat(out)  # (W, T)
 
 
@@ -549,7 +572,9 @@ def fill_in_losses(model: GPT, data: Tensor, *, mask_id: Optional[int] = None,
         rate, seed, max_windows, batch_size: keyword-only; as above.
 
     Returns:
-        ``(n,)`` float: the cross-entropy in **bits** of every blank, window by window.
+        ``(n,)`` float on the CPU: the cross-entropy in **bits** of every blank, window by
+        window. The windows go to the model's device; the model runs in eval mode and is
+        given back in the mode it was in.
 
     Raises:
         ValueError: a masked model without ``mask_id``, a bad ``rate``, too little data.
@@ -565,18 +590,20 @@ def fill_in_losses(model: GPT, data: Tensor, *, mask_id: Optional[int] = None,
         W = min(W, max_windows)
     if W < 1:
         raise ValueError(f"data must hold at least block_size = {T} tokens")
-    model.eval()
+    device = model.embedding.weight.device
     windows = data[: W * T].view(W, T)  # (W, T)
     blanks = torch.rand(W, T, generator=torch.Generator().manual_seed(seed)) < rate
     blanks[:, 0] = False  # a causal model needs one token to its left
     out = []
-    for x, b in zip(windows.split(batch_size), blanks.split(batch_size)):
-        if model.config.causal:
-            logits = model(x)[:, :-1]  # (b, T - 1, V): predicts positions 1 .. T - 1
-            nats = F.cross_entropy(logits.transpose(1, 2), x[:, 1:], reduction="none")
-            out.append(nats[b[:, 1:]])
-        else:
-            logits = model(x.masked_fill(b, mask_id))  # (b, T, V)
-            nats = F.cross_entropy(logits.transpose(1, 2), x, reduction="none")
-            out.append(nats[b])
+    with evaluating(model):
+        for x, b in zip(windows.split(batch_size), blanks.split(batch_size)):
+            x, b = x.to(device), b.to(device)  # (b, T) each
+            if model.config.causal:
+                logits = model(x)[:, :-1]  # (b, T - 1, V): predicts positions 1 .. T - 1
+                nats = F.cross_entropy(logits.transpose(1, 2), x[:, 1:], reduction="none")
+                out.append(nats[b[:, 1:]].cpu())
+            else:
+                logits = model(x.masked_fill(b, mask_id))  # (b, T, V)
+                nats = F.cross_entropy(logits.transpose(1, 2), x, reduction="none")
+                out.append(nats[b].cpu())
     return torch.cat(out) / math.log(2)

@@ -26,6 +26,10 @@ k_t^T) + beta_t v_t k_t^T``:
 - :func:`delta_rule_recurrent` (:func:`delta_rule_step` per token) and
   :func:`delta_rule_chunked` (the WY-style triangular solve of Yang et al. 2024, section 3.2).
 
+Every form takes float16 and bfloat16 inputs: it computes in float32 (the state is a sum over
+all earlier tokens, and PyTorch's triangular solve has no half-precision kernel) and returns
+outputs and state in the input dtype, as flash-linear-attention's kernels do.
+
 :class:`LinearMultiHeadAttention` is a causal self-attention layer built on them with the call
 of :class:`~d2lattn.MultiHeadAttention`, so it can replace the attention of chapter 12's GPT
 (``GPTConfig(attention="linear")``), and :class:`RecurrentState` is its cache for generation:
@@ -36,20 +40,23 @@ Source: book chapter 14.
 
 from __future__ import annotations
 
-from typing import Optional, Tuple, Union
+from typing import Optional, Tuple, TypeVar, Union
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._checks import (check_additive_args, check_chunk_size, check_delta_args, check_heads,
-                      check_linear_call, check_linear_rule)
+                      check_linear_call, check_linear_rule, values_trusted)
+from .masking import causal_mask
 from .multihead import merge_heads, split_heads
 
 __all__ = ["LinearMultiHeadAttention", "RecurrentState", "delta_rule_chunked",
            "delta_rule_recurrent", "delta_rule_step", "elu_feature_map",
            "linear_attention_chunked", "linear_attention_quadratic",
            "linear_attention_recurrent", "linear_attention_step"]
+
+_T = TypeVar("_T")
 
 #: The additive rule's state: ``S`` ``(..., d_k, d_v)`` and ``z`` ``(..., d_k)``.
 AdditiveState = Tuple[Tensor, Tensor]
@@ -77,6 +84,28 @@ def elu_feature_map(x: Tensor) -> Tensor:
 def _zero_state(keys: Tensor, values: Tensor) -> AdditiveState:
     lead, d_k, d_v = keys.shape[:-2], keys.shape[-1], values.shape[-1]
     return (keys.new_zeros(*lead, d_k, d_v), keys.new_zeros(*lead, d_k))
+
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def _widen(x: _T) -> _T:
+    """A half-precision tensor (or tuple of them, or ``None``) in float32; others unchanged.
+
+    The forms below sum over every earlier token (the state) and the delta rule solves a
+    triangular system (no half-precision kernel in PyTorch): for float16/bfloat16 inputs they
+    accumulate in float32 and return the input dtype, as flash-linear-attention's kernels do.
+    """
+    if isinstance(x, tuple):
+        return tuple(_widen(t) for t in x)  # type: ignore[return-value]
+    return x.float() if isinstance(x, Tensor) and x.dtype in _HALF else x  # type: ignore
+
+
+def _narrow(x: _T, dtype: torch.dtype) -> _T:
+    """Back to the input dtype (a no-op unless the input was half precision)."""
+    if isinstance(x, tuple):
+        return tuple(_narrow(t, dtype) for t in x)  # type: ignore[return-value]
+    return x.to(dtype) if isinstance(x, Tensor) and dtype in _HALF else x  # type: ignore
 
 
 def linear_attention_quadratic(queries: Tensor, keys: Tensor, values: Tensor, *,
@@ -109,11 +138,12 @@ def linear_attention_quadratic(queries: Tensor, keys: Tensor, values: Tensor, *,
     Source: Katharopoulos et al. (2020), eq. (6) with the causal mask of eq. (8).
     """
     check_additive_args(queries, keys, values, eps, None)
+    dtype, (queries, keys, values) = queries.dtype, _widen((queries, keys, values))
     T = queries.shape[-2]
     A = queries @ keys.transpose(-2, -1)  # (..., T, T)
-    A = A * torch.ones(T, T, dtype=torch.bool, device=A.device).tril()  # j <= t only
+    A = A * causal_mask(T, T, device=A.device)  # j <= t only
     out = A @ values  # (..., T, d_v)
-    return out / (A.sum(dim=-1, keepdim=True) + eps) if normalize else out
+    return _narrow(out / (A.sum(dim=-1, keepdim=True) + eps) if normalize else out, dtype)
 
 
 def linear_attention_step(query: Tensor, key: Tensor, value: Tensor, state: AdditiveState, *,
@@ -168,6 +198,8 @@ def linear_attention_recurrent(queries: Tensor, keys: Tensor, values: Tensor, *,
     Source: Katharopoulos et al. (2020), section 3.4.
     """
     check_additive_args(queries, keys, values, eps, initial_state)
+    dtype = queries.dtype
+    queries, keys, values, initial_state = _widen((queries, keys, values, initial_state))
     state = initial_state if initial_state is not None else _zero_state(keys, values)
     outs = []
     for t in range(queries.shape[-2]):
@@ -177,6 +209,7 @@ def linear_attention_recurrent(queries: Tensor, keys: Tensor, values: Tensor, *,
         outs.append(out)
     out = (torch.stack(outs, dim=-2) if outs
            else values.new_zeros(values.shape))  # (..., T, d_v)
+    out, state = _narrow((out, state), dtype)
     return (out, state) if return_state else out
 
 
@@ -215,6 +248,8 @@ def linear_attention_chunked(queries: Tensor, keys: Tensor, values: Tensor, chun
     """
     check_additive_args(queries, keys, values, eps, initial_state)
     check_chunk_size(chunk_size)
+    dtype = queries.dtype
+    queries, keys, values, initial_state = _widen((queries, keys, values, initial_state))
     S, z = initial_state if initial_state is not None else _zero_state(keys, values)
     outs = []
     for start in range(0, queries.shape[-2], chunk_size):
@@ -222,8 +257,7 @@ def linear_attention_chunked(queries: Tensor, keys: Tensor, values: Tensor, chun
         k = keys[..., start:start + chunk_size, :]  # (..., c, d_k)
         v = values[..., start:start + chunk_size, :]  # (..., c, d_v)
         c = q.shape[-2]
-        A = (q @ k.transpose(-2, -1)) * torch.ones(c, c, dtype=torch.bool,
-                                                   device=q.device).tril()  # (..., c, c)
+        A = (q @ k.transpose(-2, -1)) * causal_mask(c, c, device=q.device)  # (..., c, c)
         out = q @ S + A @ v  # (..., c, d_v): earlier blocks + this block
         if normalize:
             out = out / ((q @ z[..., :, None]) + A.sum(dim=-1, keepdim=True) + eps)
@@ -231,6 +265,7 @@ def linear_attention_chunked(queries: Tensor, keys: Tensor, values: Tensor, chun
         S = S + k.transpose(-2, -1) @ v  # (..., d_k, d_v)
         z = z + k.sum(dim=-2)  # (..., d_k)
     out = torch.cat(outs, dim=-2) if outs else values.new_zeros(values.shape)
+    out, (S, z) = _narrow((out, (S, z)), dtype)
     return (out, (S, z)) if return_state else out
 
 
@@ -292,6 +327,9 @@ def delta_rule_recurrent(queries: Tensor, keys: Tensor, values: Tensor, beta: Te
     Transformers with the Delta Rule over Sequence Length", eq. (1); Yang et al. (2025).
     """
     check_delta_args(queries, keys, values, beta, alpha, initial_state)
+    dtype = queries.dtype
+    queries, keys, values, beta, alpha, initial_state = _widen(
+        (queries, keys, values, beta, alpha, initial_state))
     state = initial_state if initial_state is not None else _zero_state(keys, values)[0]
     outs = []
     for t in range(queries.shape[-2]):
@@ -300,6 +338,7 @@ def delta_rule_recurrent(queries: Tensor, keys: Tensor, values: Tensor, beta: Te
                                      alpha=None if alpha is None else alpha[..., t])
         outs.append(out)
     out = torch.stack(outs, dim=-2) if outs else values.new_zeros(values.shape)
+    out, state = _narrow((out, state), dtype)
     return (out, state) if return_state else out
 
 
@@ -339,6 +378,9 @@ def delta_rule_chunked(queries: Tensor, keys: Tensor, values: Tensor, beta: Tens
     """
     check_delta_args(queries, keys, values, beta, alpha, initial_state)
     check_chunk_size(chunk_size)
+    dtype = queries.dtype  # float16/bfloat16: float32 inside (see _widen)
+    queries, keys, values, beta, alpha, initial_state = _widen(
+        (queries, keys, values, beta, alpha, initial_state))
     S = initial_state if initial_state is not None else _zero_state(keys, values)[0]
     log_alpha = None if alpha is None else alpha.log()  # (..., T)
     outs = []
@@ -348,7 +390,7 @@ def delta_rule_chunked(queries: Tensor, keys: Tensor, values: Tensor, beta: Tens
         v = values[..., start:start + chunk_size, :]  # (..., c, d_v)
         b = beta[..., start:start + chunk_size]  # (..., c)
         c = q.shape[-2]
-        causal = torch.ones(c, c, dtype=torch.bool, device=q.device).tril()  # (c, c)
+        causal = causal_mask(c, c, device=q.device)  # (c, c)
         if log_alpha is None:
             g = b.new_zeros(b.shape)  # (..., c): log gamma
         else:
@@ -366,6 +408,7 @@ def delta_rule_chunked(queries: Tensor, keys: Tensor, values: Tensor, beta: Tens
         S = (last.exp()[..., None] * S
              + (k * (last - g).exp()[..., None]).transpose(-2, -1) @ U)  # (..., d_k, d_v)
     out = torch.cat(outs, dim=-2) if outs else values.new_zeros(values.shape)
+    out, S = _narrow((out, S), dtype)
     return (out, S) if return_state else out
 
 
@@ -471,6 +514,18 @@ class LinearMultiHeadAttention(nn.Module):
                 valid_lens: Optional[Tensor] = None, *, attn_mask: Optional[Tensor] = None,
                 is_causal: bool = False, kv_cache: Optional[RecurrentState] = None,
                 scale: Optional[float] = None) -> Tensor:
+        """Causal self-attention with the recurrent core (chunked form).
+
+        Args:
+            queries, keys, values: the same ``(B, T, d)`` float tensor ``X``.
+            valid_lens, attn_mask, scale: must be ``None`` (the recurrence has no mask).
+            is_causal: keyword-only; must be True.
+            kv_cache: keyword-only; ``None`` or a :class:`RecurrentState`: the state after
+                the earlier tokens, replaced by the state after these ``T``.
+
+        Returns:
+            ``(B, T, d)``, the dtype of ``X`` (half precision is accumulated in float32).
+        """
         check_linear_call(queries, keys, values, valid_lens, attn_mask, is_causal, scale)
         X = queries
         if X.dim() != 3 or X.shape[-1] != self.num_hiddens:
@@ -497,9 +552,10 @@ class LinearMultiHeadAttention(nn.Module):
             alpha = None
             if self.W_alpha is not None:  # kept above 0, so that its log is finite
                 alpha = torch.sigmoid(self.W_alpha(X)).transpose(1, 2).clamp_min(1e-6)
-            out, state = delta_rule_chunked(q, k, v, beta, self.chunk_size, alpha=alpha,
-                                            initial_state=start,  # type: ignore[arg-type]
-                                            return_state=True)
+            with values_trusted():  # sigmoid gates are in range: not read back to the host
+                out, state = delta_rule_chunked(q, k, v, beta, self.chunk_size, alpha=alpha,
+                                                initial_state=start,  # type: ignore[arg-type]
+                                                return_state=True)
         if kv_cache is not None:
             kv_cache.state = tuple(s.detach() for s in state) if isinstance(state, tuple) \
                 else state.detach()  # type: ignore[assignment]

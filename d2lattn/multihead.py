@@ -195,16 +195,28 @@ class MultiHeadAttention(nn.Module):
         """Bytes of the keys and values a decoder caches for ``seq_len`` tokens (one layer).
 
         ``2 * batch_size * seq_len * num_kv_heads * d_h * itemsize``: ``num_heads /
-        num_kv_heads`` times less than multi-head attention's cache.
+        num_kv_heads`` times less than multi-head attention's cache. The count is
+        :func:`d2lattn.serving.kv_cache_bytes` for this layer's sizes.
         """
-        check_positive_ints(batch_size=batch_size, seq_len=seq_len)
-        itemsize = torch.empty((), dtype=dtype).element_size()
-        return 2 * batch_size * seq_len * self.num_kv_heads * self.head_size * itemsize
+        from .serving import kv_cache_bytes  # the formula's one home (serving imports this)
+
+        if not isinstance(dtype, torch.dtype):
+            raise ValueError(f"dtype must be a torch.dtype, got {dtype!r}")
+        return kv_cache_bytes(num_layers=1, num_kv_heads=self.num_kv_heads,
+                              head_size=self.head_size, seq_len=seq_len, batch_size=batch_size,
+                              bytes_per_value=dtype.itemsize)
 
     def forward(self, queries: Tensor, keys: Tensor, values: Tensor,
                 valid_lens: Optional[ValidLens] = None, *, attn_mask: Optional[Tensor] = None,
                 is_causal: bool = False, kv_cache: Optional[KVCacheLike] = None,
                 scale: Optional[float] = None) -> Tensor:
+        """Attend from ``queries`` ``(B, Q, query_size)`` over ``keys`` ``(B, K, key_size)``
+        and ``values`` ``(B, K, value_size)`` in every head; returns ``(B, Q, num_hiddens)``.
+
+        ``valid_lens`` (``None``, ``(B,)`` or ``(B, Q)``), ``attn_mask``, ``is_causal``,
+        ``kv_cache`` and ``scale`` are described in the class docstring; the weights of the
+        call are kept in :attr:`attention_weights` ``(B, h, Q, K)``.
+        """
         attn_mask = self._check(queries, keys, values, attn_mask, is_causal, kv_cache)
         # 1. project, then split the hidden axis into heads (h for queries, g for keys)
         q, k, v = self._project(queries, keys, values)

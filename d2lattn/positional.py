@@ -113,6 +113,7 @@ class PositionalEncoding(nn.Module):
         return self.P.shape[0]
 
     def forward(self, X: Tensor) -> Tensor:
+        """``X`` ``(B, T, d)`` float, ``T <= max_len`` -> ``X + P[:T]`` (then dropout)."""
         check_positions_input(X, self.P.shape[1], self.max_len)
         T = X.shape[-2]
         return self.dropout(X + self.P[:T].to(X.dtype))  # (B, T, d)
@@ -224,6 +225,8 @@ class LearnedPositionalEmbedding(nn.Module):
         return self.embedding.weight
 
     def forward(self, X: Tensor) -> Tensor:
+        """``X`` ``(B, T, d)`` float, ``T <= max_len`` -> ``X`` plus the first ``T`` rows of the
+        table (then dropout)."""
         check_positions_input(X, self.embedding.embedding_dim, self.max_len,
                               ": a learned table has no row for a later position")
         T = X.shape[-2]
@@ -231,7 +234,8 @@ class LearnedPositionalEmbedding(nn.Module):
 
 
 def rotary_embedding(
-    X: Tensor, positions: Optional[Tensor] = None, *, base: float = 10000.0
+    X: Tensor, positions: Optional[Tensor] = None, *, base: float = 10000.0,
+    frequencies: Optional[Tensor] = None,
 ) -> Tensor:
     r"""Rotary position embedding (RoPE): rotate each feature pair by an angle set by the position.
 
@@ -256,13 +260,20 @@ def rotary_embedding(
             positions, one per row of ``X`` (for example ``offset + arange(T)`` after ``offset``
             cached tokens).
         base: keyword-only, the frequency base (10000 as in the paper), ``> 1``.
+        frequencies: keyword-only; ``None`` (:math:`\omega_i = \mathrm{base}^{-2i/d}`) or the
+            ``(d/2,)`` frequencies to use instead, for example scaled ones from
+            :func:`~d2lattn.serving.rope_frequencies` (then ``base`` is not used).
+
+    The angles are computed in float64 on the device of ``X`` (positions and frequencies are
+    moved there), then the rotation is applied in the dtype of ``X``.
 
     Returns:
         a new tensor of the shape and dtype of ``X`` (``X`` is not modified).
 
     Raises:
         ValueError: ``X`` not floating point, with fewer than 2 axes or an odd last axis;
-            ``positions`` not of shape ``(T,)``; ``base <= 1``.
+            ``positions`` not of shape ``(T,)``; ``base <= 1``; ``frequencies`` not a
+            ``(d/2,)`` tensor.
 
     Example:
         >>> q = torch.tensor([[1.0, 0.0], [1.0, 0.0]])  # the same vector at positions 0 and 1
@@ -273,14 +284,17 @@ def rotary_embedding(
     Source: Su et al. (2021), "RoFormer: Enhanced Transformer with Rotary Position
     Embedding", equations (13)-(16) and (34); book chapter 8.
     """
-    check_rotary_args(X, base, positions)
+    check_rotary_args(X, base, positions, frequencies)
     T, d = X.shape[-2], X.shape[-1]
     if positions is None:
         pos = torch.arange(T, dtype=torch.float64, device=X.device)  # (T,)
     else:
         pos = positions.to(device=X.device, dtype=torch.float64)
-    omega = torch.pow(float(base), -torch.arange(0, d, 2, dtype=torch.float64,
-                                                 device=X.device) / d)  # (d/2,)
+    if frequencies is None:
+        omega = torch.pow(float(base), -torch.arange(0, d, 2, dtype=torch.float64,
+                                                     device=X.device) / d)  # (d/2,)
+    else:
+        omega = frequencies.to(device=X.device, dtype=torch.float64)  # (d/2,)
     angles = pos[:, None] * omega  # (T, d/2), in float64 so that large positions stay exact
     cos, sin = torch.cos(angles).to(X.dtype), torch.sin(angles).to(X.dtype)  # (T, d/2)
     x_even, x_odd = X[..., 0::2], X[..., 1::2]  # (..., T, d/2) each

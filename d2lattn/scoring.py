@@ -332,6 +332,12 @@ class Attention(nn.Module):
     def forward(self, queries: Tensor, keys: Tensor, values: Tensor,
                 valid_lens: Optional[ValidLens] = None, *, attn_mask: Optional[Tensor] = None,
                 is_causal: bool = False, scale: Optional[float] = None) -> Tensor:
+        """Score, normalize, pool: queries ``(B, ..., Q, d_q)``, keys ``(B, ..., K, d_k)``,
+        values ``(B, ..., K, d_v)`` give ``(B, ..., Q, d_v)``.
+
+        ``valid_lens``, ``attn_mask``, ``is_causal`` and ``scale`` are described in the class
+        docstring; the weights ``(B, ..., Q, K)`` are kept in :attr:`attention_weights`.
+        """
         check_qkv(queries, keys, values, **self._input_sizes())
         check_scale(scale)
         self.attention_weights = None  # let the last call's (B, ..., Q, K) weights go first

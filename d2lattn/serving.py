@@ -23,14 +23,17 @@ Context Window of Large Language Models via Positional Interpolation"; Peng et a
 from __future__ import annotations
 
 import math
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Union
 
 import torch
 from torch import Tensor, nn
 
 from ._checks import (check_bool, check_hidden_states, check_lengths_list, check_paged_chunk,
                       check_positive_ints, check_rope_scaling, check_streaming, check_tokens)
+from ._modes import evaluating
+from .masking import causal_mask
 from .multihead import merge_heads, split_heads
+from .positional import rotary_embedding
 from .transformer import KVCache
 
 __all__ = ["MultiHeadLatentAttention", "PagedKVCache", "contiguous_waste", "gpt_logits",
@@ -91,11 +94,8 @@ def mla_cache_bytes(*, num_layers: int, latent_size: int, rope_head_size: int, s
         num_layers: L. latent_size: d_c. rope_head_size: d_h^R. seq_len: T. batch_size: B.
         bytes_per_value: b.
 
-    Returns:
-        an ``int``, bytes.
-
-    Raises:
-        ValueError: an argument that is not a positive integer.
+    Returns and raises as :func:`kv_cache_bytes`: an ``int`` of bytes; ``ValueError`` for an
+    argument that is not a positive integer.
 
     Example:
         >>> mla_cache_bytes(num_layers=60, latent_size=512, rope_head_size=64, seq_len=1)
@@ -184,32 +184,20 @@ def rope_attention_scale(method: str, factor: float) -> float:
 
 def rotate_pairs(X: Tensor, positions: Tensor, omega: Tensor) -> Tensor:
     r"""Rotate feature pair ``(2i, 2i+1)`` of the row at position ``m`` by ``m * omega[i]``:
-    :func:`~d2lattn.positional.rotary_embedding` with the frequencies given.
+    :func:`~d2lattn.positional.rotary_embedding` with the frequencies given (one
+    implementation; this name is kept for chapter 15's readers).
 
     Args:
         X: ``(..., T, d)`` float, ``d`` even. positions: ``(T,)`` numbers.
         omega: ``(d/2,)`` frequencies (:func:`rope_frequencies`).
 
     Returns:
-        a new tensor of the shape and dtype of ``X``.
+        a new tensor of the shape, dtype and device of ``X``.
 
     Raises:
         ValueError: mismatched shapes, ``X`` not floating point.
     """
-    if not isinstance(X, Tensor) or not X.is_floating_point() or X.dim() < 2:
-        raise ValueError("X must be a floating-point tensor of shape (..., T, d)")
-    T, d = X.shape[-2:]
-    if not isinstance(positions, Tensor) or tuple(positions.shape) != (T,):
-        raise ValueError(f"positions must be a tensor of shape (T,) = ({T},)")
-    if not isinstance(omega, Tensor) or tuple(omega.shape) != (d // 2,) or d % 2:
-        raise ValueError(f"omega must have shape (d/2,) = ({d // 2},) for an even d = {d}")
-    angles = positions.to(torch.float64)[:, None] * omega.to(torch.float64)  # (T, d/2)
-    cos, sin = angles.cos().to(X.dtype), angles.sin().to(X.dtype)
-    x_even, x_odd = X[..., 0::2], X[..., 1::2]  # (..., T, d/2)
-    out = torch.empty_like(X)
-    out[..., 0::2] = x_even * cos - x_odd * sin
-    out[..., 1::2] = x_even * sin + x_odd * cos
-    return out  # (..., T, d)
+    return rotary_embedding(X, positions, frequencies=omega)
 
 
 # --- a rotary GPT with a cache policy and scaled positions ---------------------------------------
@@ -239,53 +227,70 @@ def gpt_logits(model: nn.Module, tokens: Tensor, *, window: Optional[int] = None
         tokens: ``(B, T)`` int64, any ``T >= 1``.
         window, num_sinks, method, factor: keyword-only, as above.
 
+    The model runs its own blocks (norms, residuals, feed-forward networks), each with its own
+    projections; only the attention pattern and the rotary positions follow the policy. It runs
+    in eval mode and is given back in the mode it was in; ``tokens`` go to its device.
+
     Returns:
         ``(B, T, V)`` float logits. With the defaults and ``T <= block_size``: ``model(tokens)``.
 
     Raises:
-        ValueError: a model without rotary positions, bad tokens, a bad window, sinks without a
-            window, a bad scaling.
+        ValueError: a model without rotary positions, a bidirectional model
+            (``config.causal=False``: a server's cache holds only the past), bad tokens, a bad
+            window, sinks without a window, a bad scaling.
 
     Source: Xiao et al. (2024), section 3.2 (positions within the cache); book chapter 15.
     """
     c = getattr(model, "config", None)
-    if c is None or getattr(c, "positions", None) != "rotary":
+    if (c is None or getattr(c, "positions", None) != "rotary"
+            or not isinstance(getattr(model, "blocks", None), nn.ModuleList)):
         raise ValueError("model must be a GPT with positions='rotary'")
+    if not c.causal:
+        raise ValueError("gpt_logits runs a causal GPT as a server decodes it; this one is "
+                         "bidirectional (config.causal=False): call model(tokens) instead")
     check_tokens(tokens, vocab_size=c.vocab_size)
-    if tokens.dim() != 2:
-        raise ValueError(f"tokens must have shape (B, T), got {tuple(tokens.shape)}")
     check_streaming(window, num_sinks)
+    device = model.embedding.weight.device
+    tokens = tokens.to(device)
     h = c.num_heads
     d_h = c.num_hiddens // h
     omega = rope_frequencies(d_h, method=method, factor=factor, original_context=c.block_size)
     logit_scale = rope_attention_scale(method, factor) ** 2 / math.sqrt(d_h)
     B, T = tokens.shape
-    t = torch.arange(T)
-    offset = t[:, None] - t[None, :]  # (T, T): t - s
-    visible = offset >= 0
+    t = torch.arange(T, device=device)
+    visible = causal_mask(T, T, device=device)  # (T, T): s <= t
     if window is not None:
+        offset = t[:, None] - t[None, :]  # (T, T): t - s
         visible &= (offset < window) | (t[None, :] < num_sinks)
     # where the query sits when it looks at a sink: min(t, S + W - 1) (cache positions)
     sink_query_pos = t.clamp(max=num_sinks + window - 1) if num_sinks else t
-    model.eval()
-    X = model.embedding(tokens)  # (B, T, d)
-    for block in model.blocks:
-        mha = block.self_attention
-        Z = block.norm1(X)
-        q = split_heads(mha.W_q(Z), h)  # (B, h, T, d_h)
-        k = split_heads(mha.W_k(Z), h)
-        v = split_heads(mha.W_v(Z), h)
-        k_rot = rotate_pairs(k, t, omega)
-        scores = rotate_pairs(q, t, omega) @ k_rot.transpose(-1, -2)  # (B, h, T, T)
-        if num_sinks:
-            S = min(num_sinks, T)
-            q_sink = rotate_pairs(q, sink_query_pos, omega)
-            scores[..., :S] = q_sink @ k_rot[..., :S, :].transpose(-1, -2)  # (B, h, T, S)
-        scores = (scores * logit_scale).masked_fill(~visible, float("-inf"))
-        heads = scores.softmax(dim=-1) @ v  # (B, h, T, d_h)
-        X = X + mha.W_o(merge_heads(heads))
-        X = X + block.ffn(block.norm2(X))
-    return model.head(model.norm(X))  # (B, T, V)
+
+    def policy_attention(mha: nn.Module) -> Callable[[Tensor], Tensor]:
+        """The block's own projections, attending under the cache policy."""
+        def attend(Z: Tensor) -> Tensor:  # (B, T, d) -> (B, T, d)
+            q = split_heads(mha.W_q(Z), h)  # (B, h, T, d_h)
+            k = split_heads(mha.W_k(Z), mha.num_kv_heads)  # (B, g, T, d_h)
+            v = split_heads(mha.W_v(Z), mha.num_kv_heads)
+            if mha.num_kv_heads != h:  # grouped-query heads: each serves h / g query heads
+                r = h // mha.num_kv_heads
+                k, v = k.repeat_interleave(r, dim=1), v.repeat_interleave(r, dim=1)
+            k_rot = rotary_embedding(k, t, frequencies=omega)
+            scores = rotary_embedding(q, t, frequencies=omega) @ k_rot.transpose(-1, -2)
+            if num_sinks:  # (B, h, T, S): the query at its cache position
+                S = min(num_sinks, T)
+                q_sink = rotary_embedding(q, sink_query_pos, frequencies=omega)
+                scores[..., :S] = q_sink @ k_rot[..., :S, :].transpose(-1, -2)
+            scores = (scores * logit_scale).masked_fill(~visible, float("-inf"))  # (B, h, T, T)
+            wide = torch.promote_types(scores.dtype, torch.float32)  # half: softmax in float32
+            weights = scores.to(wide).softmax(dim=-1).to(v.dtype)  # (B, h, T, T)
+            return mha.W_o(merge_heads(weights @ v))  # (B, T, d)
+        return attend
+
+    with evaluating(model):
+        X = model.dropout(model.embedding(tokens))  # (B, T, d); rotary: no position table
+        for block in model.blocks:  # each block's own norms, residuals and feed-forward net
+            X = block(X, attention=policy_attention(block.self_attention))  # (B, T, d)
+        return model.head(model.norm(X))  # (B, T, V)
 
 
 # --- multi-head latent attention ----------------------------------------------------------------
@@ -363,8 +368,8 @@ class MultiHeadLatentAttention(nn.Module):
         d, h = num_hiddens, num_heads
         self.num_hiddens, self.num_heads, self.head_size = d, h, head_size
         self.latent_size, self.rope_head_size = latent_size, rope_head_size
-        self.register_buffer("omega", rope_frequencies(rope_head_size, base=base),
-                             persistent=False)
+        rope_frequencies(rope_head_size, base=base)  # checks base; forward builds them anew
+        self.base = base  # on the device of the input, in float64
         self.W_q = nn.Linear(d, h * head_size, bias=False)  # content queries
         self.W_qr = nn.Linear(d, h * rope_head_size, bias=False)  # rotary queries
         self.W_dkv = nn.Linear(d, latent_size, bias=False)  # down: the cached latent
@@ -390,6 +395,19 @@ class MultiHeadLatentAttention(nn.Module):
 
     def forward(self, X: Tensor, *, is_causal: bool = True, absorbed: bool = False,
                 cache: Optional[KVCache] = None) -> Tensor:
+        """Latent attention of the ``T`` new positions over the cached and new ones.
+
+        Args:
+            X: ``(B, T, d)`` float, the parameters' dtype.
+            is_causal: keyword-only; the queries are the last ``T`` of the ``K`` positions
+                and see keys ``<=`` their own (lower-right aligned).
+            absorbed: keyword-only; the absorbed order of products (same function).
+            cache: keyword-only; ``None`` or a :class:`~d2lattn.KVCache` of latents
+                ``(B, 1, K, d_c)`` and rotated keys ``(B, 1, K, d^R)``, updated in place.
+
+        Returns:
+            ``(B, T, d)``.
+        """
         check_hidden_states(X, self.num_hiddens, dtype=self.W_q.weight.dtype)
         check_bool(is_causal=is_causal, absorbed=absorbed)
         B, T, _ = X.shape
@@ -398,11 +416,12 @@ class MultiHeadLatentAttention(nn.Module):
         pos = torch.arange(past, past + T, device=X.device)
         # 1. what is cached: the latent and the rotated shared key of every new token
         latent = self.W_dkv(X)[:, None]  # (B, 1, T, d_c)
-        k_rope = rotate_pairs(self.W_kr(X)[:, None], pos, self.omega)  # (B, 1, T, d^R)
+        k_rope = rotary_embedding(self.W_kr(X)[:, None], pos, base=self.base)  # (B, 1, T, d^R)
         if cache is not None:
             latent, k_rope = cache.update(latent, k_rope)  # (B, 1, K, d_c), (B, 1, K, d^R)
         K = latent.shape[2]
-        q_rope = rotate_pairs(split_heads(self.W_qr(X), h), pos, self.omega)  # (B, h, T, d^R)
+        q_rope = rotary_embedding(split_heads(self.W_qr(X), h), pos,
+                                  base=self.base)  # (B, h, T, d^R)
         rope_scores = q_rope @ k_rope.transpose(-1, -2)  # (B, h, T, K)
         if absorbed:  # 2a. queries into the latent space; attention pools latents
             W_q_abs, W_o_abs = self.absorbed_weights()
@@ -415,7 +434,7 @@ class MultiHeadLatentAttention(nn.Module):
             scores = q @ keys.transpose(-1, -2) + rope_scores  # (B, h, T, K)
         scores = scores / math.sqrt(d_h + d_r)
         if is_causal:  # queries are the last T of the K positions
-            allowed = torch.ones(T, K, dtype=torch.bool, device=X.device).tril(K - T)
+            allowed = causal_mask(T, K, device=X.device)  # (T, K), lower-right aligned
             scores = scores.masked_fill(~allowed, float("-inf"))
         weights = scores.softmax(dim=-1)  # (B, h, T, K)
         if absorbed:  # 3a. pool the latents, then one (d, d_c) map per head
@@ -443,6 +462,7 @@ class PagedKVCache:
     Args:
         num_blocks, block_size, num_heads, head_size: positive integers.
         dtype: keyword-only; the dtype of the stored keys and values.
+        device: keyword-only; where the blocks live (default: the CPU).
 
     Attributes:
         key_blocks, value_blocks: ``(num_blocks, num_heads, block_size, head_size)``.
@@ -463,7 +483,8 @@ class PagedKVCache:
     """
 
     def __init__(self, num_blocks: int, block_size: int, num_heads: int, head_size: int, *,
-                 dtype: torch.dtype = torch.float32) -> None:
+                 dtype: torch.dtype = torch.float32,
+                 device: Optional[Union[torch.device, str]] = None) -> None:
         check_positive_ints(num_blocks=num_blocks, block_size=block_size, num_heads=num_heads,
                             head_size=head_size)
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
@@ -471,8 +492,9 @@ class PagedKVCache:
         self.block_size, self.num_heads, self.head_size, self.dtype = (
             block_size, num_heads, head_size, dtype)
         shape = (num_blocks, num_heads, block_size, head_size)
-        self.key_blocks = torch.zeros(shape, dtype=dtype)
-        self.value_blocks = torch.zeros(shape, dtype=dtype)
+        self.key_blocks = torch.zeros(shape, dtype=dtype, device=device)
+        self.value_blocks = torch.zeros(shape, dtype=dtype, device=device)
+        self.device = self.key_blocks.device
         self._free: List[int] = list(range(num_blocks - 1, -1, -1))  # pop() gives 0, 1, ...
         self.block_tables: Dict[object, List[int]] = {}
         self.lengths: Dict[object, int] = {}
@@ -515,39 +537,62 @@ class PagedKVCache:
     def gather(self, seq_id: object) -> tuple:
         """The keys and values of ``seq_id`` as contiguous ``(num_heads, T, head_size)``."""
         table, n = self._table(seq_id), self.lengths[seq_id]
-        idx = torch.tensor(table, dtype=torch.long)
+        idx = torch.tensor(table, dtype=torch.long, device=self.device)
         keys = self.key_blocks[idx].transpose(0, 1).flatten(1, 2)[:, :n]  # (h, T, d_h)
         values = self.value_blocks[idx].transpose(0, 1).flatten(1, 2)[:, :n]
         return keys, values
 
     def attend(self, seq_id: object, queries: Tensor, *, is_causal: bool = True) -> Tensor:
-        r"""Scaled dot-product attention of ``queries`` ``(num_heads, Q, head_size)`` over the
-        sequence's cached tokens, block by block through its block table.
+        r"""Scaled dot-product attention of ``queries`` over the sequence's cached tokens,
+        block by block through its block table.
 
-        With ``is_causal`` the queries are the sequence's last ``Q`` tokens (query ``q`` sees
-        tokens ``0 .. T - Q + q``). Returns ``(num_heads, Q, head_size)``.
+        Args:
+            seq_id: a sequence the cache holds (it may hold 0 tokens).
+            queries: ``(H, Q, head_size)``, the cache's dtype and device; ``H`` a multiple of
+                ``num_heads`` (grouped-query heads: query head ``i`` reads key/value head
+                ``i // (H / num_heads)``).
+            is_causal: keyword-only; the queries are the sequence's last ``Q`` tokens (query
+                ``q`` sees tokens ``0 .. T - Q + q``; needs ``Q <= T``).
+
+        Returns:
+            ``(H, Q, head_size)`` in the cache's dtype. Scores, running maximum, sum and
+            weighted values are accumulated in float32 (float64 for a float64 cache), as
+            vLLM's reference kernel does. A query that sees no key (a sequence of 0 tokens with
+            ``is_causal=False``) gets zeros, as ``F.scaled_dot_product_attention`` gives.
+
+        Raises:
+            ValueError: an unknown sequence; queries of the wrong shape, dtype or device.
         """
         table, n = self._table(seq_id), self.lengths[seq_id]
         check_bool(is_causal=is_causal)
         if (not isinstance(queries, Tensor) or queries.dim() != 3
-                or queries.shape[0] != self.num_heads or queries.shape[2] != self.head_size
-                or queries.dtype != self.dtype or (is_causal and queries.shape[1] > n)):
-            raise ValueError(f"queries must be {self.dtype} of shape (num_heads = "
-                             f"{self.num_heads}, Q <= {n}, head_size = {self.head_size})")
-        Q = queries.shape[1]
-        q = queries / math.sqrt(self.head_size)
-        m = torch.full((self.num_heads, Q, 1), float("-inf"), dtype=self.dtype)  # running max
-        s = torch.zeros(self.num_heads, Q, 1, dtype=self.dtype)  # running sum of weights
-        acc = torch.zeros_like(queries)  # running weighted sum of values
-        last = torch.arange(n - Q, n)[:, None]  # (Q, 1): the position of each query
+                or queries.shape[0] % self.num_heads or queries.shape[0] == 0
+                or queries.shape[2] != self.head_size or queries.dtype != self.dtype
+                or queries.device != self.device or (is_causal and queries.shape[1] > n)):
+            raise ValueError(f"queries must be {self.dtype} on {self.device} of shape (H, "
+                             f"Q <= {n}, head_size = {self.head_size}) with H a multiple of "
+                             f"num_heads = {self.num_heads}")
+        H, Q = queries.shape[:2]
+        r = H // self.num_heads  # query heads per key/value head
+        wide = torch.promote_types(self.dtype, torch.float32)  # the accumulation dtype
+        q = queries.to(wide).view(self.num_heads, r * Q, self.head_size) / math.sqrt(
+            self.head_size)  # (g, r Q, d_h): the r query heads of a group, one after another
+        m = torch.full((self.num_heads, r * Q, 1), float("-inf"), dtype=wide,
+                       device=self.device)  # running max
+        s = torch.zeros(self.num_heads, r * Q, 1, dtype=wide, device=self.device)  # running sum
+        acc = torch.zeros(self.num_heads, r * Q, self.head_size, dtype=wide,
+                          device=self.device)  # running weighted sum of values
         for j, block in enumerate(table):
             width = min(self.block_size, n - j * self.block_size)
-            k = self.key_blocks[block, :, :width]  # (h, width, d_h)
-            v = self.value_blocks[block, :, :width]
-            scores = q @ k.transpose(-1, -2)  # (h, Q, width)
-            if is_causal:
-                pos = j * self.block_size + torch.arange(width)
-                scores = scores.masked_fill(pos[None, :] > last, float("-inf"))
+            if width <= 0:
+                break
+            k = self.key_blocks[block, :, :width].to(wide)  # (g, width, d_h)
+            v = self.value_blocks[block, :, :width].to(wide)
+            scores = q @ k.transpose(-1, -2)  # (g, r Q, width)
+            if is_causal:  # the queries are the last Q of n positions: lower-right aligned
+                seen = causal_mask(Q, n, device=self.device)[
+                    :, j * self.block_size:j * self.block_size + width]  # (Q, width)
+                scores = scores.masked_fill(~seen.repeat(r, 1), float("-inf"))
             m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))
             safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
             p = (scores - safe).exp()
@@ -555,7 +600,8 @@ class PagedKVCache:
             s = s * correction + p.sum(dim=-1, keepdim=True)
             acc = acc * correction + p @ v
             m = m_new
-        return acc / s  # (h, Q, d_h)
+        out = torch.where(s > 0, acc / s, torch.zeros_like(acc))  # no key: zeros, not 0 / 0
+        return out.view(H, Q, self.head_size).to(self.dtype)  # (H, Q, d_h)
 
     def _table(self, seq_id: object) -> List[int]:
         if seq_id not in self.block_tables:

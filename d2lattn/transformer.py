@@ -156,6 +156,7 @@ class PositionWiseFFN(nn.Module):
         self.activation = _activation(activation)
 
     def forward(self, X: Tensor) -> Tensor:
+        """``X`` ``(..., num_hiddens)`` float -> ``(..., num_hiddens)``, position by position."""
         return self.dense2(self.dropout(self.activation(self.dense1(X))))  # (B, T, num_hiddens)
 
 
@@ -312,10 +313,25 @@ class TransformerEncoderBlock(_TransformerBlock):
 
     def forward(self, X: Tensor, valid_lens: Optional[ValidLens] = None, *,
                 attn_mask: Optional[Tensor] = None, is_causal: bool = False,
-                kv_cache: Optional[KVCache] = None) -> Tensor:
+                kv_cache: Optional[KVCache] = None,
+                attention: Optional[Callable[[Tensor], Tensor]] = None) -> Tensor:
+        """One block: ``X`` ``(B, T, d)`` -> ``(B, T, d)``; see the class docstring.
+
+        ``attention`` (keyword-only) replaces the call of ``self.self_attention`` by a
+        function of the (normalised) input ``Z`` ``(B, T, d)`` that returns ``(B, T, d)``,
+        for one call: the residuals, norms, dropouts and feed-forward network stay the
+        block's own (:func:`~d2lattn.serving.gpt_logits` runs a GPT under a cache policy this
+        way). It takes no ``valid_lens``, ``attn_mask``, ``is_causal`` or ``kv_cache``.
+        """
         check_hidden_states(X, self.num_hiddens, dtype=self.norm1.weight.dtype)
+        if attention is not None and (valid_lens is not None or attn_mask is not None
+                                      or is_causal or kv_cache is not None):
+            raise ValueError("attention replaces the self-attention call: leave valid_lens, "
+                             "attn_mask, is_causal and kv_cache at their defaults")
 
         def attend(Z: Tensor) -> Tensor:
+            if attention is not None:
+                return self.dropout1(attention(Z))  # (B, T, d)
             out = self.self_attention(Z, Z, Z, valid_lens, attn_mask=attn_mask,
                                       is_causal=is_causal, kv_cache=kv_cache)
             return self.dropout1(out)  # (B, T, d)
@@ -429,6 +445,9 @@ class TransformerDecoderBlock(_TransformerBlock):
                 *, is_causal: bool = True, kv_cache: Optional[KVCache] = None,
                 valid_lens: Optional[ValidLens] = None, attn_mask: Optional[Tensor] = None,
                 memory_mask: Optional[Tensor] = None) -> Tensor:
+        """``X`` ``(B, T, d)`` attends to itself (causal by default) and to ``memory``
+        ``(B, S, d)``; returns ``(B, T, d)``. The masks and the cache are described in the
+        class docstring."""
         check_hidden_states(X, self.num_hiddens, dtype=self.norm1.weight.dtype)
         check_hidden_states(memory, self.num_hiddens, "memory", dtype=self.norm1.weight.dtype)
         if memory.shape[0] != X.shape[0]:

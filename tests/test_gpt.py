@@ -296,3 +296,202 @@ def test_kneser_ney_is_a_distribution_and_beats_lower_orders():
         lm.bits("the dog", order=2)
     with pytest.raises(ValueError, match="max_order"):
         KneserNeyLM(text, 0)
+
+
+# --- numbers a server would trust (issue 40) ---------------------------------------------------
+
+def test_top_p_one_keeps_every_token_of_a_gpt2_sized_vocabulary():
+    """A float32 cumulative sum over 50,257 probabilities reaches 1 before the last tokens;
+    p = 1 must keep them all."""
+    g = torch.Generator().manual_seed(0)
+    for spread in (1.0, 4.0):
+        logits = torch.randn(2, 50_257, generator=g) * spread
+        kept = top_p_filter(logits, 1.0)
+        assert torch.equal(kept, logits)
+        assert kept.data_ptr() != logits.data_ptr()  # a new tensor
+
+
+@pytest.mark.parametrize("p, kept", [(0.5, 1), (0.75, 2), (0.7500001, 3), (0.74, 2)])
+def test_top_p_boundary_with_exact_probabilities(p, kept):
+    """[1/2, 1/4, 1/4]: after two tokens the mass is exactly 0.75, so p = 0.75 keeps two
+    (``mass before < p``: a ``<=`` would keep the third)."""
+    for dtype in (torch.float32, torch.float64):
+        logits = torch.tensor([0.5, 0.25, 0.25], dtype=dtype).log()
+        assert torch.isfinite(top_p_filter(logits, p)).sum().item() == kept
+        probs = next_token_probs(logits, top_p=p)
+        assert int((probs > 0).sum()) == kept
+
+
+def test_top_p_sum_is_exact_where_float32_drifts():
+    """Over a GPT-2-sized vocabulary with spread logits, a float32 running sum of the sorted
+    probabilities drifts from their exact sum by more than the smallest of them, so it keeps
+    the wrong number of tokens for p near 1; the filter sums in float64."""
+    logits = torch.randn(50_257, generator=torch.Generator().manual_seed(0)) * 4
+    sorted_probs = logits.softmax(-1).sort(descending=True).values  # float32, as the filter
+    exact = sorted_probs.double()
+    for p in (0.99999, 0.999999):
+        expected = int(((exact.cumsum(-1) - exact) < p).sum())
+        drifting = int(((sorted_probs.cumsum(-1) - sorted_probs) < p).sum())
+        assert drifting < expected  # a case where the float32 sum is wrong
+        assert int(torch.isfinite(top_p_filter(logits, p)).sum()) == expected
+
+
+def _modes(model):
+    return [m.training for m in model.modules()]
+
+
+@pytest.mark.parametrize("fn", ["held_out", "fill_in", "generate"])
+def test_evaluation_helpers_restore_the_mode_they_found(fn):
+    model = small(dropout=0.1).train()
+    model.blocks[0].eval()  # a frozen part stays frozen
+    before = _modes(model)
+    data = torch.randint(0, 11, (200,), generator=torch.Generator().manual_seed(0))
+    if fn == "held_out":
+        held_out_losses(model, data, max_windows=2)
+    elif fn == "fill_in":
+        fill_in_losses(model, data, max_windows=2)
+    else:
+        model.generate(data[None, :3], 2, greedy=True)
+    assert _modes(model) == before
+
+
+def test_evaluation_helpers_run_eval_mode_inside():
+    """The losses are those of the eval-mode model (dropout off), whatever mode it was in."""
+    model = small(dropout=0.5)
+    data = torch.randint(0, 11, (200,), generator=torch.Generator().manual_seed(0))
+    ref = held_out_losses(model.eval(), data, max_windows=3)
+    torch.testing.assert_close(held_out_losses(model.train(), data, max_windows=3), ref)
+    ref = fill_in_losses(model.eval(), data, max_windows=3)
+    torch.testing.assert_close(fill_in_losses(model.train(), data, max_windows=3), ref)
+    assert model.training
+
+
+def _value_reads(fn):
+    """Calls that read a tensor's value back to Python (a host synchronisation on an
+    accelerator) while ``fn`` runs, by the file that made them."""
+    import collections
+    import traceback
+    reads = collections.Counter()
+    names = ["item", "tolist", "__bool__", "__int__", "__float__", "__index__"]
+    originals = {n: getattr(torch.Tensor, n) for n in names}
+
+    def counting(name):
+        def read(self, *args, **kwargs):
+            caller = traceback.extract_stack(limit=2)[0]  # the frame that read
+            reads[caller.filename.replace("\\", "/").rsplit("/", 1)[-1]] += 1
+            return originals[name](self, *args, **kwargs)
+        return read
+
+    try:
+        for n in names:
+            setattr(torch.Tensor, n, counting(n))
+        fn()
+    finally:
+        for n in names:
+            setattr(torch.Tensor, n, originals[n])
+    return reads
+
+
+@pytest.mark.parametrize("attention", ["softmax", "delta"])
+@pytest.mark.parametrize("kw", [dict(greedy=True), dict(top_p=0.9, top_k=5),
+                                dict(greedy=True, use_cache=False)])
+def test_generate_reads_no_value_inside_its_loop(attention, kw):
+    """The prompt's ids are checked once; inside the loop no check reads a value (the ids
+    are the model's own, the delta rule's gates come from a sigmoid). The one read left on
+    the CPU is masked_softmax's look for an empty row, which it skips on an accelerator."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=11, block_size=16, num_hiddens=16, num_heads=2,
+                          num_layers=2, ffn_num_hiddens=32, attention=attention,
+                          positions="rotary" if attention == "softmax" else "learned"))
+    prompt = torch.zeros(1, 3, dtype=torch.long)
+    short = _value_reads(lambda: model.generate(prompt, 1, **kw))
+    long = _value_reads(lambda: model.generate(prompt, 8, **kw))
+    del short["masking.py"], long["masking.py"]  # pragma: the CPU-only look (see above)
+    assert long == short and sum(long.values()) == 1, long  # the prompt's range check
+    with pytest.raises(ValueError, match="vocab_size"):
+        model(torch.full((1, 3), 11))  # outside generate, forward still checks the values
+    with pytest.raises(ValueError, match="vocab_size"):
+        model.generate(torch.full((1, 3), 11), 2)
+
+
+def _unigram_level(lm):
+    """P(a) and P(c) after a history the bigram level never saw: the lower order alone."""
+    return lm.prob("a", "q", order=2), lm.prob("c", "q", order=2)
+
+
+def test_kneser_ney_uses_continuation_counts_not_raw_counts(monkeypatch):
+    """Kneser–Ney's lower order counts the distinct characters a character follows, not how
+    often it occurs. "a" occurs 10 times but only ever after "b"; "c" occurs 3 times, after
+    3 different characters: Kneser–Ney ranks "c" above "a" (continuation counts 3 and 1),
+    plain absolute discounting (raw counts 3 and 10 at every order) the other way round."""
+    text = "ba" * 10 + "xc" + "yc" + "zc"
+    p_a, p_c = _unigram_level(KneserNeyLM(text, 2, vocab=text + "q"))
+    assert p_c > 2 * p_a
+    # the same model with raw counts at every order (absolute discounting) fails the check
+    monkeypatch.setattr(KneserNeyLM, "_level", lambda self, kind, k: _raw_level(self, k))
+    p_a, p_c = _unigram_level(KneserNeyLM(text, 2, vocab=text + "q"))
+    assert not p_c > 2 * p_a
+
+
+def _raw_level(lm, k):
+    from d2lattn.ngram import _context_stats
+    return lm.raw[k], _context_stats(lm.raw[k])
+
+
+# --- any device, any float (issue 40) -----------------------------------------------------------
+
+@pytest.mark.parametrize("attention", ["softmax", "linear", "delta", "gated_delta"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_gpt_runs_in_half_precision_on_the_cpu(dtype, attention):
+    """Chapter 12's GPT and chapter 14's recurrent cores (the delta rule's triangular solve
+    has no half-precision kernel: it runs in float32 inside) in bfloat16 and float16."""
+    model = small(attention=attention,
+                  positions="rotary" if attention == "softmax" else "learned").float()
+    tokens = torch.randint(0, 11, (2, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ref = model(tokens)
+        out = model.to(dtype)(tokens)
+    assert out.dtype == dtype
+    tol = 0.05 if attention == "softmax" else 0.1
+    torch.testing.assert_close(out.float(), ref, atol=tol, rtol=tol)
+    sample = model.generate(tokens[:, :3], 5, top_p=0.9, top_k=5,
+                            generator=torch.Generator().manual_seed(0))
+    assert sample.shape == (2, 8) and int(sample.max()) < 11
+    assert top_p_filter(out, 1.0).dtype == dtype and top_p_filter(out, 0.5).dtype == dtype
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpt_helpers_run_on_cuda():
+    """The model, its sampling, its losses and BERT's corruption on the input's device (run
+    where a GPU is present; skipped otherwise)."""
+    model = small().cuda()
+    data = torch.randint(0, 11, (300,), generator=torch.Generator().manual_seed(0))
+    ref = held_out_losses(small(), data, max_windows=4)
+    torch.testing.assert_close(held_out_losses(model, data, max_windows=4), ref)
+    ref = fill_in_losses(small(), data, max_windows=4)
+    torch.testing.assert_close(fill_in_losses(model, data, max_windows=4), ref)
+    prompt = data[None, :3].cuda()
+    greedy = model.generate(prompt, 6, greedy=True)
+    assert greedy.device.type == "cuda"
+    assert torch.equal(greedy.cpu(), small().generate(prompt.cpu(), 6, greedy=True))
+    sample = model.generate(prompt, 6, top_p=0.9,
+                            generator=torch.Generator("cuda").manual_seed(0))
+    assert sample.device.type == "cuda"
+    import warnings
+
+    def syncs(n):  # host synchronisations while generating n tokens
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                model.generate(prompt, n, greedy=True)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        return len(caught)
+
+    assert syncs(8) == syncs(1)  # none inside the loop
+    inputs, targets = mask_tokens(data.view(3, 100).cuda(), 10,
+                                  generator=torch.Generator().manual_seed(0))
+    ref_inputs, ref_targets = mask_tokens(data.view(3, 100), 10,
+                                          generator=torch.Generator().manual_seed(0))
+    assert torch.equal(inputs.cpu(), ref_inputs) and torch.equal(targets.cpu(), ref_targets)

@@ -243,3 +243,58 @@ def test_inputs_are_not_modified():
     delta_rule_chunked(q, F.normalize(k, dim=-1), v, beta, 4)
     for t, c in zip((q, k, v, beta), copies):
         assert torch.equal(t, c)
+
+
+# --- half precision: float32 inside, the input dtype out (issue 40) ------------------------------
+
+HALF = [torch.bfloat16, torch.float16]
+
+
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("gated", [False, True])
+def test_delta_rule_in_half_precision_accumulates_in_float32(dtype, gated):
+    """torch's triangular solve has no half-precision kernel; the forms compute in float32 and
+    return the input dtype, within the rounding of the half-precision inputs and output."""
+    k = F.normalize(randn(2, 3, 20, 8), dim=-1)
+    q, v, beta = randn(2, 3, 20, 8, seed=1), randn(2, 3, 20, 4, seed=2), randn(2, 3, 20).sigmoid()
+    alpha = randn(2, 3, 20, seed=4).sigmoid() if gated else None
+    half = [t.to(dtype) for t in (q, k, v, beta)]
+    a = None if alpha is None else alpha.to(dtype)
+    ref = delta_rule_recurrent(*[t.double() for t in half],
+                               alpha=None if a is None else a.double())
+    tol = 3e-2 if dtype == torch.bfloat16 else 4e-3
+    for out, S in (delta_rule_chunked(*half, 8, alpha=a, return_state=True),
+                   delta_rule_recurrent(*half, alpha=a, return_state=True)):
+        assert out.dtype == dtype and S.dtype == dtype
+        torch.testing.assert_close(out.double(), ref, atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_additive_forms_in_half_precision(dtype):
+    """The additive forms return the input dtype, close to float64 over the same inputs (on the
+    CPU, half-precision matrix products already accumulate in float32, so this checks the
+    dtype and the agreement, not the widening)."""
+    q, k = elu_feature_map(randn(2, 50, 8)), elu_feature_map(randn(2, 50, 8, seed=1))
+    v = randn(2, 50, 4, seed=2)
+    half = [t.to(dtype) for t in (q, k, v)]
+    ref = linear_attention_quadratic(*[t.double() for t in half])
+    tol = 3e-2 if dtype == torch.bfloat16 else 4e-3
+    for out in (linear_attention_quadratic(*half), linear_attention_recurrent(*half),
+                linear_attention_chunked(*half, 16)):
+        assert out.dtype == dtype
+        torch.testing.assert_close(out.double(), ref, atol=tol, rtol=tol)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+def test_delta_rule_on_cuda_equals_the_cpu(dtype):
+    """Run where a GPU is present (skipped otherwise): the chunked delta rule on CUDA."""
+    k = F.normalize(randn(2, 3, 20, 8), dim=-1)
+    q, v, beta = randn(2, 3, 20, 8, seed=1), randn(2, 3, 20, 4, seed=2), randn(2, 3, 20).sigmoid()
+    alpha = randn(2, 3, 20, seed=4).sigmoid()
+    args = [t.to(dtype) for t in (q, k, v, beta)]
+    ref = delta_rule_chunked(*args, 8, alpha=alpha.to(dtype))
+    out = delta_rule_chunked(*[t.cuda() for t in args], 8, alpha=alpha.to(dtype).cuda())
+    assert out.device.type == "cuda" and out.dtype == dtype
+    tol = 1e-9 if dtype == torch.float64 else 2e-2
+    torch.testing.assert_close(out.cpu().double(), ref.double(), atol=tol, rtol=tol)

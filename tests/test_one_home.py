@@ -112,3 +112,32 @@ def test_moved_names_still_work_from_the_old_path_with_a_warning():
         warnings.simplefilter("error")
         from d2lattn.multihead import GroupedQueryAttention as New  # the new path: no warning
     assert New is GroupedQueryAttention
+
+
+# --- Part III: one rotary, one cache-byte count, one mode rule (issue 40) -----------------------
+
+def test_one_cache_byte_count():
+    """The layer's method is the serving formula for one layer, in the dtype's item size."""
+    from d2lattn.serving import kv_cache_bytes
+    for layer in (MultiHeadAttention(64, 8), GroupedQueryAttention(64, 8, 2)):
+        for dtype in (torch.float16, torch.float32, torch.float64):
+            assert layer.kv_cache_bytes(3, 100, dtype) == kv_cache_bytes(
+                num_layers=1, num_kv_heads=layer.num_kv_heads, head_size=layer.head_size,
+                seq_len=100, batch_size=3, bytes_per_value=dtype.itemsize)
+    with pytest.raises(ValueError, match="seq_len"):
+        MultiHeadAttention(64, 8).kv_cache_bytes(1, 0)
+
+
+def test_one_rotary_implementation():
+    """Scaled frequencies go through rotary_embedding; rotate_pairs is that call."""
+    from d2lattn.serving import rope_frequencies, rotate_pairs
+    X = randn(2, 3, 7, 8)
+    pos = torch.arange(5, 12)
+    omega = rope_frequencies(8, method="ntk", factor=4)
+    out = d2lattn.rotary_embedding(X, pos, frequencies=omega)
+    assert torch.equal(rotate_pairs(X, pos, omega), out)
+    # the default frequencies are base^(-2i/d): the same numbers either way
+    assert torch.equal(d2lattn.rotary_embedding(X, pos, frequencies=rope_frequencies(8)),
+                       d2lattn.rotary_embedding(X, pos))
+    with pytest.raises(ValueError, match="frequencies"):
+        d2lattn.rotary_embedding(X, pos, frequencies=omega[:3])

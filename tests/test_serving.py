@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from d2lattn import GPT, GPTConfig, KVCache, rotary_embedding
+from d2lattn import GPT, GPTConfig, KVCache, causal_mask, rotary_embedding
 from d2lattn.serving import (MultiHeadLatentAttention, PagedKVCache, contiguous_waste,
                              gpt_logits, kv_cache_bytes, mla_cache_bytes, paged_waste,
                              rope_attention_scale, rope_frequencies, rotate_pairs)
@@ -287,3 +287,162 @@ def test_gpt_logits_rejects_bad_input(gpt):
                             num_layers=1, ffn_num_hiddens=32, positions="learned"))
     with pytest.raises(ValueError, match="rotary"):
         gpt_logits(learned, tokens)
+
+
+# --- numbers a server would trust, any device (issue 40) ------------------------------------------
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def _paged(n, dtype, seed=0, h=2, d_h=16, block_size=16, device="cpu"):
+    g = torch.Generator().manual_seed(seed)
+    k, v = torch.randn(h, n, d_h, generator=g) * 3, torch.randn(h, n, d_h, generator=g)
+    cache = PagedKVCache(-(-n // block_size) + 1, block_size, h, d_h, dtype=dtype,
+                         device=device)
+    cache.append("s", k.to(device, dtype), v.to(device, dtype))
+    return cache, k.double(), v.double()
+
+
+def test_paged_attend_in_float16_accumulates_in_float32():
+    """2,000 keys in float16: against a float64 reference over the same (rounded) keys, the
+    error is the rounding of the float16 output, not that of float16 sums."""
+    cache, k, v = _paged(2000, torch.float16)
+    q = (torch.randn(2, 3, 16, generator=torch.Generator().manual_seed(1)) * 3).half()
+    out = cache.attend("s", q, is_causal=False)
+    assert out.dtype == torch.float16
+    kh, vh = cache.gather("s")
+    ref = F.scaled_dot_product_attention(q.double(), kh.double(), vh.double())
+    err = (out.double() - ref).abs().max().item()
+    rounding = (ref.half().double() - ref).abs().max().item()  # the float16 output's own
+    # float32 sums leave only the output's rounding (5e-4 here); float16 sums gave 8e-3
+    assert err <= 1.5 * rounding, (err, rounding)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_paged_attend_over_no_tokens_gives_zeros_like_sdpa(dtype):
+    cache = PagedKVCache(2, 4, 2, 3, dtype=dtype)
+    cache.append("empty", torch.ones(2, 0, 3, dtype=dtype), torch.ones(2, 0, 3, dtype=dtype))
+    q = torch.ones(2, 2, 3, dtype=dtype)
+    out = cache.attend("empty", q, is_causal=False)
+    ref = F.scaled_dot_product_attention(q.float(), torch.ones(2, 0, 3), torch.ones(2, 0, 3))
+    assert out.dtype == dtype and torch.equal(out.float(), ref) and not out.isnan().any()
+    assert cache.attend("empty", q[:, :0]).shape == (2, 0, 3)  # causal: no query either
+
+
+@pytest.mark.parametrize("r", [2, 3])
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_paged_attend_with_grouped_query_heads(r, is_causal):
+    """H = r g query heads over g cached heads: SDPA with enable_gqa over the gathered keys."""
+    cache, _, _ = _paged(37, torch.float64, h=2, d_h=4, block_size=8)
+    q = randn(2 * r, 5, 4, seed=3)
+    k, v = cache.gather("s")
+    mask = causal_mask(5, 37) if is_causal else None
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+    torch.testing.assert_close(cache.attend("s", q, is_causal=is_causal), ref)
+    with pytest.raises(ValueError, match="multiple of"):
+        cache.attend("s", randn(3, 5, 4))
+
+
+def test_gpt_logits_refuses_a_bidirectional_gpt():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=11, block_size=8, num_hiddens=16, num_heads=2,
+                          num_layers=1, ffn_num_hiddens=32, causal=False)).eval()
+    with pytest.raises(ValueError, match="causal=False"):
+        gpt_logits(model, torch.zeros(1, 4, dtype=torch.long))
+
+
+def test_gpt_logits_restores_the_mode_and_runs_the_eval_model():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=11, block_size=8, num_hiddens=16, num_heads=2,
+                          num_layers=2, ffn_num_hiddens=32, dropout=0.3)).double()
+    tokens = torch.randint(0, 11, (2, 8), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ref = model.eval()(tokens)
+    model.train()
+    torch.testing.assert_close(gpt_logits(model, tokens), ref)
+    assert model.training and all(m.training for m in model.modules())
+
+
+def test_gpt_logits_follows_the_blocks_own_forward(monkeypatch):
+    """gpt_logits runs each block's forward (its norms, residuals and feed-forward), only the
+    attention call is the policy's: a change to the block's forward shows in its logits."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=11, block_size=8, num_hiddens=16, num_heads=2,
+                          num_layers=2, ffn_num_hiddens=32)).double().eval()
+    tokens = torch.randint(0, 11, (1, 6), generator=torch.Generator().manual_seed(0))
+    before = gpt_logits(model, tokens)
+    original = type(model.blocks[0]).forward
+    monkeypatch.setattr(type(model.blocks[0]), "forward",
+                        lambda self, X, *a, **kw: original(self, X, *a, **kw) * 2)
+    with torch.no_grad():
+        torch.testing.assert_close(gpt_logits(model, tokens), model(tokens))
+    assert not torch.allclose(gpt_logits(model, tokens), before)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_mla_and_gpt_logits_run_in_half_precision_on_the_cpu(dtype):
+    torch.manual_seed(0)
+    mla = MultiHeadLatentAttention(16, 4, latent_size=6, rope_head_size=2)
+    X = torch.randn(2, 5, 16)
+    ref = mla(X)
+    out = mla.to(dtype)(X.to(dtype))
+    assert out.dtype == dtype
+    torch.testing.assert_close(out.float(), ref, atol=0.05, rtol=0.05)
+    model = GPT(GPTConfig(vocab_size=11, block_size=8, num_hiddens=16, num_heads=2,
+                          num_layers=1, ffn_num_hiddens=32)).eval()
+    tokens = torch.randint(0, 11, (1, 6), generator=torch.Generator().manual_seed(0))
+    ref = gpt_logits(model, tokens, window=3, num_sinks=1)
+    out = gpt_logits(model.to(dtype), tokens, window=3, num_sinks=1)
+    assert out.dtype == dtype
+    torch.testing.assert_close(out.float(), ref, atol=0.05, rtol=0.05)
+
+
+@cuda
+def test_serving_runs_on_cuda():
+    """Everything is built on the input's device: the GPT under a cache policy, MLA, and the
+    paged cache (run where a GPU is present; skipped otherwise)."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=11, block_size=8, num_hiddens=16, num_heads=2,
+                          num_layers=2, ffn_num_hiddens=32)).double().eval()
+    tokens = torch.randint(0, 11, (2, 12), generator=torch.Generator().manual_seed(0))
+    ref = gpt_logits(model, tokens, window=4, num_sinks=2, method="yarn", factor=2)
+    out = gpt_logits(model.cuda(), tokens.cuda(), window=4, num_sinks=2, method="yarn",
+                     factor=2)
+    assert out.device.type == "cuda"
+    torch.testing.assert_close(out.cpu(), ref)
+    mla = MultiHeadLatentAttention(16, 4, latent_size=6, rope_head_size=2).double()
+    X = randn(2, 5, 16)
+    torch.testing.assert_close(mla.cuda()(X.cuda(), absorbed=True).cpu(),
+                               mla.cpu()(X), rtol=1e-9, atol=1e-9)
+    cache, _, _ = _paged(40, torch.float16, device="cuda")
+    q = torch.randn(4, 3, 16, device="cuda").half()
+    k, v = cache.gather("s")
+    ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(),
+                                         attn_mask=causal_mask(3, 40, device="cuda"),
+                                         enable_gqa=True)
+    torch.testing.assert_close(cache.attend("s", q).float(), ref, atol=2e-3, rtol=2e-3)
+
+
+def test_everything_is_built_on_the_inputs_device_meta():
+    """On PyTorch's "meta" device (shapes without data) any tensor built on the CPU inside a
+    function meets the input on another device and fails: a CPU-only check of the device
+    handling that CUDA tests repeat where a GPU is present."""
+    from d2lattn import LinearMultiHeadAttention
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=11, block_size=8, num_hiddens=16, num_heads=2,
+                          num_layers=2, ffn_num_hiddens=32)).eval().to("meta")
+    tokens = torch.randint(0, 11, (2, 12))  # checked on the CPU, then moved to the model
+    for kw in (dict(), dict(window=4, num_sinks=2, method="yarn", factor=2)):
+        out = gpt_logits(model, tokens, **kw)
+        assert out.device.type == "meta" and out.shape == (2, 12, 11)
+    mla = MultiHeadLatentAttention(16, 4, latent_size=6, rope_head_size=2).to("meta")
+    X = torch.empty(2, 5, 16, device="meta")
+    assert mla(X, absorbed=True).device.type == "meta"
+    for rule in ("additive", "delta", "gated_delta"):
+        layer = LinearMultiHeadAttention(16, 4, rule=rule).to("meta")
+        assert layer(X, X, X, is_causal=True).device.type == "meta"
+    cache = PagedKVCache(4, 4, 2, 3, device="meta")
+    cache.append("s", torch.empty(2, 6, 3, device="meta"), torch.empty(2, 6, 3, device="meta"))
+    assert cache.gather("s")[0].device.type == "meta"
+    assert cache.attend("s", torch.empty(4, 2, 3, device="meta")).shape == (4, 2, 3)
