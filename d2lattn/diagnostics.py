@@ -209,6 +209,16 @@ def _positions(positions: Sequence[int]) -> str:
     return f"position {positions[0]}" if len(positions) == 1 else f"positions {_spans(positions)}"
 
 
+def _optional_valid_lens(valid_lens: Optional[Tensor], mask_name: Optional[str], B: int,
+                         T: int) -> Optional[Tensor]:
+    """Checked ``valid_lens`` (or ``None``); ``mask_name`` needs them."""
+    if valid_lens is not None:
+        return _check_valid_lens(valid_lens, B, T)
+    if mask_name is not None:
+        raise ValueError("mask_name needs valid_lens")
+    return None
+
+
 def _first(n: int) -> str:
     """``1`` -> ``"its first position"``, ``3`` -> ``"its first 3 positions"``."""
     return "its first position" if n == 1 else f"its first {n} positions"
@@ -882,10 +892,7 @@ def check_batch_independence(model: Model, inputs: Tensor,
     _check_options(mode, tolerance, seed)
     _check_call(input_name, mask_name, kwargs, output)
     B, T = inputs.shape[:2]
-    if valid_lens is not None:
-        valid_lens = _check_valid_lens(valid_lens, B, T)
-    elif mask_name is not None:
-        raise ValueError("mask_name needs valid_lens")
+    valid_lens = _optional_valid_lens(valid_lens, mask_name, B, T)
     name = "check_batch_independence"
     run = _runner(model, seed, B, input_name=input_name, kwargs=kwargs, output=output)
 
@@ -1174,10 +1181,7 @@ def check_finite(model: Model, inputs: Tensor,
     if not isinstance(backward, bool):
         raise ValueError(f"backward must be a bool, got {backward!r}")
     B, T = inputs.shape[:2]
-    if valid_lens is not None:
-        valid_lens = _check_valid_lens(valid_lens, B, T)
-    elif mask_name is not None:
-        raise ValueError("mask_name needs valid_lens")
+    valid_lens = _optional_valid_lens(valid_lens, mask_name, B, T)
     name = "check_finite"
     run = _runner(model, seed, B, input_name=input_name, kwargs=kwargs, output=output)
     found = _find_module(model, module)
