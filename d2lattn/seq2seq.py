@@ -96,6 +96,10 @@ class Seq2SeqEncoder(nn.Module):
         self.rnn = nn.GRU(embed_size, num_hiddens, batch_first=True)
 
     def forward(self, X: Tensor, valid_lens: Tensor) -> Tuple[Tensor, Tensor]:
+        """Encode ``X`` ``(B, T)`` with valid lengths ``(B,)``.
+
+        Returns outputs ``(B, T, H)`` and the final state ``(1, B, H)``.
+        """
         check_tokens(X, "X", vocab_size=self.vocab_size)
         B, T = X.shape
         check_lengths("valid_lens", valid_lens, B, T)
@@ -176,6 +180,11 @@ class Seq2SeqDecoder(_Decoder):
         self.dense = nn.Linear(2 * num_hiddens, vocab_size)
 
     def forward(self, Y: Tensor, state: DecoderState) -> Tuple[Tensor, DecoderState]:
+        """One call over ``Y`` ``(B, U)``: logits ``(B, U, V)`` and the updated state.
+
+        ``state`` is ``(enc_outputs (B, T, H), enc_valid_lens (B,), hidden)``, as returned by
+        :meth:`init_state` or the previous call.
+        """
         emb = self._embed(Y)  # (B, U, E)
         enc_outputs, enc_valid_lens, hidden = state
         B, U = Y.shape
@@ -252,6 +261,11 @@ class AttentionDecoder(_Decoder):
         return getattr(self.attention, "attention_weights", None)
 
     def forward(self, Y: Tensor, state: DecoderState) -> Tuple[Tensor, DecoderState]:
+        """One call over ``Y`` ``(B, U)``: logits ``(B, U, V)`` and the updated state.
+
+        ``state`` is ``(enc_outputs (B, T, H), enc_valid_lens (B,), hidden)``, as returned by
+        :meth:`init_state` or the previous call.
+        """
         emb = self._embed(Y)  # (B, U, E)
         enc_outputs, enc_valid_lens, hidden = state
         # 1. run the RNN over the (shifted) targets: its states are the queries
@@ -316,6 +330,11 @@ class BahdanauDecoder(_Decoder):
         self.attention_weights: Optional[Tensor] = None
 
     def forward(self, Y: Tensor, state: DecoderState) -> Tuple[Tensor, DecoderState]:
+        """One call over ``Y`` ``(B, U)``: logits ``(B, U, V)`` and the updated state.
+
+        ``state`` is ``(enc_outputs (B, T, H), enc_valid_lens (B,), hidden)``, as returned by
+        :meth:`init_state` or the previous call.
+        """
         emb = self._embed(Y)  # (B, U, E)
         enc_outputs, enc_valid_lens, hidden = state
         s = hidden[0]  # (B, H): s_{t-1}
@@ -370,6 +389,7 @@ class EncoderDecoder(nn.Module):
         return self.decoder.init_state(enc_outputs, enc_state, X_valid_lens)
 
     def forward(self, X: Tensor, X_valid_lens: Tensor, Y_in: Tensor) -> Tensor:
+        """Logits ``(B, U, V)`` for ``Y_in`` ``(B, U)`` given ``X`` ``(B, T)`` and its lengths."""
         logits, _ = self.decoder(Y_in, self.init_state(X, X_valid_lens))
         return logits  # (B, U, V)
 

@@ -113,6 +113,7 @@ class PatchEmbedding(nn.Module):
         self.proj = nn.Linear(in_channels * patch_size * patch_size, num_hiddens)
 
     def forward(self, images: Tensor) -> Tensor:
+        """Token vectors ``(B, N, d)`` of images ``(B, C, H, W)``."""
         check_images(images, self.patch_size, self.in_channels)
         return self.proj(patchify(images, self.patch_size))  # (B, N, d)
 
@@ -200,6 +201,7 @@ class VisionTransformer(nn.Module):
         self.head = nn.Linear(num_hiddens, num_classes)
 
     def forward(self, images: Tensor) -> Tensor:
+        """Logits ``(B, num_classes)`` of images ``(B, C, image_size, image_size)``."""
         check_images(images, self.patch_embedding.patch_size,
                       self.patch_embedding.in_channels)
         if images.shape[-2:] != (self.image_size, self.image_size):
