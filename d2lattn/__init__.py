@@ -30,7 +30,13 @@ One module per idea, following the three steps of attention (score, normalize, p
 - :mod:`d2lattn.gpt` — a decoder-only Transformer language model, sampling filters, training;
 - :mod:`d2lattn.ngram` — character n-gram models with interpolated Kneser–Ney smoothing;
 - :mod:`d2lattn.serving` — the KV cache at serving time: bytes per token, multi-head latent
-  attention, a paged cache, StreamingLLM's sinks, rotary scaling past the trained context.
+  attention, a paged cache, StreamingLLM's sinks, rotary scaling past the trained context;
+- :mod:`d2lattn.sets` — the Set Transformer's blocks: ``MultiheadAttentionBlock``,
+  ``InducedSetAttentionBlock`` (inducing points), ``PoolingByMultiheadAttention``;
+- :mod:`d2lattn.pointcloud` — generated point clouds, nearest neighbours,
+  ``VectorSelfAttention`` (Point Transformer) and chapter 16's classifiers;
+- :mod:`d2lattn.graphs` — ``GraphAttention`` (a masked softmax over the edges),
+  ``normalized_adjacency`` (the graph convolution's fixed weights).
 
 The public names are each module's ``__all__``, re-exported here: ``d2lattn.X`` is the ``X``
 of the module that defines it. Importing the package has no side effects (matplotlib is loaded
@@ -43,6 +49,7 @@ from . import (
     diagnostics,
     flash,
     gpt,
+    graphs,
     interactive,
     kernel_regression,
     linear,
@@ -50,10 +57,12 @@ from . import (
     multihead,
     ngram,
     plotting,
+    pointcloud,
     positional,
     scoring,
     seq2seq,
     serving,
+    sets,
     text,
     transformer,
     vision,
@@ -63,6 +72,7 @@ from .data import *  # noqa: F401,F403
 from .diagnostics import *  # noqa: F401,F403
 from .flash import *  # noqa: F401,F403
 from .gpt import *  # noqa: F401,F403
+from .graphs import *  # noqa: F401,F403
 from .interactive import *  # noqa: F401,F403
 from .kernel_regression import *  # noqa: F401,F403
 from .linear import *  # noqa: F401,F403
@@ -70,19 +80,21 @@ from .masking import *  # noqa: F401,F403
 from .multihead import *  # noqa: F401,F403
 from .ngram import *  # noqa: F401,F403
 from .plotting import *  # noqa: F401,F403
+from .pointcloud import *  # noqa: F401,F403
 from .positional import *  # noqa: F401,F403
 from .scoring import *  # noqa: F401,F403
 from .seq2seq import *  # noqa: F401,F403
 from .serving import *  # noqa: F401,F403
+from .sets import *  # noqa: F401,F403
 from .text import *  # noqa: F401,F403
 from .transformer import *  # noqa: F401,F403
 from .vision import *  # noqa: F401,F403
 
 __version__ = "0.1.0"
 
-_MODULES = (circuits, data, diagnostics, flash, gpt, interactive, kernel_regression, linear,
-            masking, multihead, ngram, plotting, positional, scoring, seq2seq, serving, text,
-            transformer, vision)
+_MODULES = (circuits, data, diagnostics, flash, gpt, graphs, interactive, kernel_regression,
+            linear, masking, multihead, ngram, plotting, pointcloud, positional, scoring, seq2seq,
+            serving, sets, text, transformer, vision)
 __all__ = sorted(name for module in _MODULES for name in module.__all__)
 
 #: Names that were public here and are no longer, with where they went (one release).

@@ -1,0 +1,348 @@
+r"""Attention over graphs: a graph attention layer is a masked softmax over the edges.
+
+In a graph attention network (GAT, Veličković et al. 2018) every node is a query, its
+neighbours are its keys, and the adjacency matrix is the mask: chapter 3's
+:func:`~d2lattn.masked_softmax` with ``mask = adjacency``. A Transformer without a mask is the
+same layer on the complete graph. Beside it, the graph convolution of Kipf and Welling (2017),
+whose weights over the neighbours are fixed by the degrees instead of computed from the
+features (:func:`normalized_adjacency`).
+
+Shape legend: ``N`` nodes, ``F`` input features, ``h`` heads, ``F'`` output features per head;
+an optional leading batch axis ``B`` (graphs of the same size).
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ._checks import check_dropout, check_positive_ints
+from .masking import masked_softmax
+from .transformer import TransformerEncoderBlock
+
+__all__ = ["GraphAttention", "GraphNodeClassifier", "add_self_loops", "make_block_graph",
+           "normalized_adjacency", "train_node_classifier"]
+
+
+def _check_adjacency(adjacency: object, N: int, name: str = "adjacency") -> Tensor:
+    if (not isinstance(adjacency, Tensor) or adjacency.dtype != torch.bool
+            or adjacency.dim() not in (2, 3) or adjacency.shape[-2:] != (N, N)):
+        raise ValueError(f"{name} must be a bool tensor of shape (N, N) or (B, N, N) with "
+                         f"N = {N}, got {getattr(adjacency, 'dtype', type(adjacency).__name__)} "
+                         f"{tuple(getattr(adjacency, 'shape', ()))}")
+    return adjacency
+
+
+def add_self_loops(adjacency: Tensor) -> Tensor:
+    """The adjacency with every node its own neighbour: ``adjacency | I``.
+
+    Args:
+        adjacency: ``(N, N)`` or ``(B, N, N)`` bool, ``[i, j]`` True where ``j`` is a neighbour
+            of ``i``; never modified.
+
+    Returns:
+        bool tensor of the same shape with a True diagonal.
+
+    Raises:
+        ValueError: ``adjacency`` not a square bool tensor.
+
+    Example:
+        >>> add_self_loops(torch.tensor([[False, True], [True, False]])).int()
+        tensor([[1, 1],
+                [1, 1]], dtype=torch.int32)
+
+    Source: Veličković et al. (2018), section 2.1 (a node's neighbourhood includes itself).
+    """
+    N = adjacency.shape[-1] if isinstance(adjacency, Tensor) and adjacency.dim() >= 2 else -1
+    _check_adjacency(adjacency, N)
+    return adjacency | torch.eye(N, dtype=torch.bool, device=adjacency.device)
+
+
+def normalized_adjacency(adjacency: Tensor) -> Tensor:
+    r"""The graph convolution's fixed weights, :math:`\hat D^{-1/2} (A + I) \hat D^{-1/2}`.
+
+    Node ``i`` averages its neighbours (itself included) with weight
+    :math:`1 / \sqrt{\hat d_i \hat d_j}`, where :math:`\hat d` counts neighbours with the self-loop:
+    fixed by the graph, the same for every feature vector.
+
+    Args:
+        adjacency: ``(N, N)`` or ``(B, N, N)`` bool, symmetric (an undirected graph).
+
+    Returns:
+        float32 tensor of the same shape.
+
+    Raises:
+        ValueError: ``adjacency`` not a square bool tensor, or not symmetric.
+
+    Example:
+        >>> A = torch.tensor([[False, True], [True, False]])
+        >>> normalized_adjacency(A)
+        tensor([[0.5000, 0.5000],
+                [0.5000, 0.5000]])
+
+    Source: Kipf and Welling (2017), "Semi-Supervised Classification with Graph Convolutional
+    Networks", equation (2).
+    """
+    A = add_self_loops(adjacency)
+    if not torch.equal(A, A.transpose(-1, -2)):
+        raise ValueError("adjacency must be symmetric (an undirected graph)")
+    A = A.float()
+    inv_sqrt = A.sum(dim=-1).rsqrt()  # (..., N): every degree >= 1 with the self-loop
+    return inv_sqrt[..., :, None] * A * inv_sqrt[..., None, :]
+
+
+class GraphAttention(nn.Module):
+    r"""A graph attention layer (GAT): additive attention over each node's neighbours.
+
+    .. math::
+        e_{ij} = \mathrm{LeakyReLU}\big(\mathbf a^\top [\mathbf W \mathbf h_i \,\|\,
+        \mathbf W \mathbf h_j]\big), \qquad
+        \alpha_{ij} = \mathrm{softmax}_{j \in \mathcal N(i)}(e_{ij}), \qquad
+        \mathbf h'_i = \sum_{j \in \mathcal N(i)} \alpha_{ij} \mathbf W \mathbf h_j
+
+    per head. Splitting :math:`\mathbf a = [\mathbf a_1; \mathbf a_2]` makes the score a sum,
+    :math:`\mathbf a_1^\top \mathbf W \mathbf h_i + \mathbf a_2^\top \mathbf W \mathbf h_j`, so
+    all ``N x N`` scores come from two matrix-vector products, and the restriction to
+    :math:`\mathcal N(i)` is :func:`~d2lattn.masked_softmax` with the adjacency as the mask. A
+    node with no neighbour gets zero weights (the book's empty-row rule), so pass
+    ``self_loops=True`` (the default, as in the paper) unless you mean it.
+
+    Args:
+        in_features: F. out_features: F', per head. num_heads: h.
+        concat: keyword-only; True concatenates the heads (output ``h F'``), False averages
+            them (output ``F'``, the paper's output layer).
+        negative_slope: keyword-only; LeakyReLU's slope (0.2 in the paper).
+        dropout: keyword-only; dropout on the attention weights, in ``[0, 1)``.
+        self_loops: keyword-only; add ``i -> i`` to every node's neighbourhood.
+
+    Shapes (``forward``):
+        X ``(N, F)`` or ``(B, N, F)`` float; adjacency ``(N, N)`` or ``(B, N, N)`` bool,
+        ``[i, j]`` True where node ``i`` may attend to node ``j``. Returns ``(N, h F')`` or
+        ``(N, F')`` (with the batch axis if given). No activation is applied.
+
+    Attributes:
+        attention_weights: ``(..., h, N, N)`` the last call's weights, detached, before
+            dropout; zero wherever the mask is False.
+
+    Raises:
+        ValueError: sizes that are not positive integers, a bad ``dropout``; ``X`` not float
+            with ``F`` features; ``adjacency`` not bool ``(N, N)`` or ``(B, N, N)``.
+
+    Example:
+        >>> gat = GraphAttention(in_features=4, out_features=3, num_heads=2)
+        >>> A = torch.tensor([[0, 1, 0], [1, 0, 1], [0, 1, 0]], dtype=torch.bool)
+        >>> gat(torch.randn(3, 4), A).shape, gat.attention_weights.shape
+        (torch.Size([3, 6]), torch.Size([2, 3, 3]))
+        >>> bool((gat.attention_weights[:, 0, 2] == 0).all())  # 0 and 2 are not neighbours
+        True
+
+    Source: Veličković et al. (2018), "Graph Attention Networks", equations (1)-(5).
+    """
+
+    def __init__(self, in_features: int, out_features: int, num_heads: int = 1, *,
+                 concat: bool = True, negative_slope: float = 0.2, dropout: float = 0.0,
+                 self_loops: bool = True) -> None:
+        super().__init__()
+        check_positive_ints(in_features=in_features, out_features=out_features,
+                            num_heads=num_heads)
+        check_dropout(dropout)
+        self.in_features, self.out_features, self.num_heads = in_features, out_features, num_heads
+        self.concat, self.negative_slope, self.self_loops = concat, negative_slope, self_loops
+        self.W = nn.Linear(in_features, num_heads * out_features, bias=False)
+        self.a_query = nn.Parameter(torch.empty(num_heads, out_features))  # a_1, per head
+        self.a_key = nn.Parameter(torch.empty(num_heads, out_features))  # a_2, per head
+        nn.init.xavier_uniform_(self.a_query)
+        nn.init.xavier_uniform_(self.a_key)
+        self.dropout = nn.Dropout(dropout)
+        self.attention_weights: Optional[Tensor] = None
+
+    def forward(self, X: Tensor, adjacency: Tensor) -> Tensor:
+        """Attention of every node over its neighbours; see the class docstring."""
+        if (not isinstance(X, Tensor) or not X.is_floating_point() or X.dim() not in (2, 3)
+                or X.shape[-1] != self.in_features):
+            raise ValueError(f"X must be a float tensor of shape (N, {self.in_features}) or "
+                             f"(B, N, {self.in_features}), got "
+                             f"{getattr(X, 'shape', type(X).__name__)}")
+        N = X.shape[-2]
+        adjacency = _check_adjacency(adjacency, N)
+        if self.self_loops:
+            adjacency = add_self_loops(adjacency)
+        h, Fo = self.num_heads, self.out_features
+        # 1. project, and split into heads
+        WH = self.W(X).unflatten(-1, (h, Fo)).transpose(-3, -2)  # (..., h, N, F')
+        # 2. score every pair: a_1 . W h_i + a_2 . W h_j, then LeakyReLU
+        e_query = (WH * self.a_query[:, None, :]).sum(-1)  # (..., h, N)
+        e_key = (WH * self.a_key[:, None, :]).sum(-1)  # (..., h, N)
+        scores = F.leaky_relu(e_query[..., :, None] + e_key[..., None, :],
+                              self.negative_slope)  # (..., h, N, N)
+        # 3. normalize over the neighbours only: the adjacency is the mask
+        mask = adjacency.to(X.device)[..., None, :, :]  # (..., 1, N, N), broadcast over heads
+        weights = masked_softmax(scores, mask=mask)  # (..., h, N, N)
+        self.attention_weights = weights.detach()
+        # 4. pool the neighbours' projected features; concatenate or average the heads
+        out = self.dropout(weights) @ WH  # (..., h, N, F')
+        if self.concat:
+            return out.transpose(-3, -2).flatten(-2)  # (..., N, h F')
+        return out.mean(dim=-3)  # (..., N, F')
+
+
+def make_block_graph(num_nodes: int = 300, num_blocks: int = 3, *, p_in: float = 0.05,
+                     p_out: float = 0.005, feature_noise: float = 2.0, num_features: int = 8,
+                     seed: int = 0) -> tuple:
+    """A stochastic block model: communities, an undirected graph, and noisy node features.
+
+    Node ``i`` belongs to community ``i % num_blocks``. Two nodes are joined with probability
+    ``p_in`` in the same community and ``p_out`` across (no self-loops). A node's features are
+    its community's mean vector (drawn once, standard normal) plus Gaussian noise of standard
+    deviation ``feature_noise``: alone they classify a node poorly, and its neighbours, mostly
+    of its own community, hold the rest of the evidence.
+
+    Args:
+        num_nodes: N. num_blocks: the number of communities, ``<= N``.
+        p_in, p_out: keyword-only; edge probabilities in ``[0, 1]``.
+        feature_noise: keyword-only, ``>= 0``. num_features: keyword-only, F.
+        seed: keyword-only; the generator's seed.
+
+    Returns:
+        ``(features, adjacency, labels)``: ``(N, F)`` float32, ``(N, N)`` bool symmetric with
+        a False diagonal, ``(N,)`` int64.
+
+    Raises:
+        ValueError: sizes that are not positive integers, probabilities out of ``[0, 1]``,
+            ``feature_noise < 0``, more blocks than nodes.
+
+    Example:
+        >>> X, A, y = make_block_graph(30, 3, seed=0)
+        >>> X.shape, A.shape, bool((A == A.T).all()), bool(A.diagonal().any())
+        (torch.Size([30, 8]), torch.Size([30, 30]), True, False)
+
+    Source: Holland, Laskey and Leinhardt (1983), stochastic blockmodels; book chapter 16.
+    """
+    check_positive_ints(num_nodes=num_nodes, num_blocks=num_blocks, num_features=num_features)
+    if num_blocks > num_nodes:
+        raise ValueError(f"num_blocks ({num_blocks}) must be <= num_nodes ({num_nodes})")
+    for name, p in (("p_in", p_in), ("p_out", p_out)):
+        if not isinstance(p, (int, float)) or not 0 <= p <= 1:
+            raise ValueError(f"{name} must be a probability in [0, 1], got {p!r}")
+    if not isinstance(feature_noise, (int, float)) or not feature_noise >= 0:
+        raise ValueError(f"feature_noise must be a number >= 0, got {feature_noise!r}")
+    g = torch.Generator().manual_seed(seed)
+    labels = torch.arange(num_nodes) % num_blocks
+    same = labels[:, None] == labels[None, :]
+    prob = torch.where(same, torch.tensor(float(p_in)), torch.tensor(float(p_out)))
+    upper = torch.rand(num_nodes, num_nodes, generator=g) < prob
+    upper = upper.triu(diagonal=1)
+    adjacency = upper | upper.T
+    means = torch.randn(num_blocks, num_features, generator=g)
+    features = means[labels] + feature_noise * torch.randn(num_nodes, num_features, generator=g)
+    return features, adjacency, labels
+
+
+class GraphNodeClassifier(nn.Module):
+    """Chapter 16's node classifiers: two layers that read no graph, a fixed or an attentive one.
+
+    - ``"mlp"``: each node alone (no graph);
+    - ``"gcn"``: two graph convolutions, ``A_norm X W`` (Kipf and Welling 2017): fixed weights;
+    - ``"gat"``: two :class:`GraphAttention` layers over the edges (the first with
+      ``num_heads`` heads concatenated, the output layer averaging one head);
+    - ``"transformer"``: no graph at all: a linear embedding and chapter 8's pre-norm encoder
+      block (scaled dot-product attention, ``num_heads`` heads, no positions, no mask), every
+      node attending to every node, then a linear read-out.
+
+    ELU between the layers, dropout on the input features and between the layers.
+
+    Args:
+        kind: one of the four names. in_features: F. num_classes: C.
+        num_hiddens, num_heads, dropout: keyword-only.
+
+    Shapes (``forward``):
+        X ``(N, F)`` float, adjacency ``(N, N)`` bool. Returns logits ``(N, C)``.
+
+    Raises:
+        ValueError: an unknown ``kind``, sizes that are not positive integers, bad inputs.
+
+    Example:
+        >>> X, A, y = make_block_graph(30, 3)
+        >>> [tuple(GraphNodeClassifier(k, 8, 3)(X, A).shape) for k in ("mlp", "gcn", "gat")]
+        [(30, 3), (30, 3), (30, 3)]
+
+    Source: Veličković et al. (2018), section 3.3 (the transductive model); Kipf and Welling
+    (2017), equation (9).
+    """
+
+    KINDS = ("mlp", "gcn", "gat", "transformer")
+
+    def __init__(self, kind: str, in_features: int, num_classes: int, *, num_hiddens: int = 8,
+                 num_heads: int = 4, dropout: float = 0.5) -> None:
+        super().__init__()
+        if kind not in self.KINDS:
+            raise ValueError(f"kind must be one of {self.KINDS}, got {kind!r}")
+        check_positive_ints(in_features=in_features, num_classes=num_classes,
+                            num_hiddens=num_hiddens, num_heads=num_heads)
+        check_dropout(dropout)
+        self.kind = kind
+        self.dropout = nn.Dropout(dropout)
+        d = num_hiddens * num_heads
+        if kind in ("mlp", "gcn"):
+            self.layer1 = nn.Linear(in_features, d)
+            self.layer2 = nn.Linear(d, num_classes)
+        elif kind == "transformer":
+            self.layer1 = nn.Linear(in_features, d)
+            self.block = TransformerEncoderBlock(d, num_heads, 2 * d, 0.0, norm_first=True,
+                                                 activation="gelu")
+            self.layer2 = nn.Linear(d, num_classes)
+        else:
+            self.layer1 = GraphAttention(in_features, num_hiddens, num_heads)
+            self.layer2 = GraphAttention(num_hiddens * num_heads, num_classes, 1, concat=False)
+
+    def forward(self, X: Tensor, adjacency: Tensor) -> Tensor:
+        """Logits ``(N, C)``; see the class docstring."""
+        N = X.shape[-2] if isinstance(X, Tensor) and X.dim() >= 2 else -1
+        adjacency = _check_adjacency(adjacency, N)
+        H = self.dropout(X)
+        if self.kind == "mlp":
+            return self.layer2(self.dropout(F.elu(self.layer1(H))))
+        if self.kind == "gcn":
+            A = normalized_adjacency(adjacency).to(X.device)  # (N, N) fixed weights
+            return A @ self.layer2(self.dropout(F.elu(A @ self.layer1(H))))
+        if self.kind == "transformer":
+            H = self.block(self.layer1(H)[None])[0]  # (N, d): one sequence of N nodes
+            return self.layer2(self.dropout(H))
+        H = F.elu(self.layer1(H, adjacency))
+        return self.layer2(self.dropout(H), adjacency)
+
+
+def train_node_classifier(model: nn.Module, X: Tensor, adjacency: Tensor, labels: Tensor,
+                          train_nodes: Tensor, *, epochs: int = 200, lr: float = 5e-3,
+                          weight_decay: float = 5e-4) -> List[float]:
+    """Semi-supervised node classification: the loss on ``train_nodes`` only, full batch.
+
+    Adam with weight decay, as in Kipf and Welling (2017) and Veličković et al. (2018); the
+    whole graph goes through the model at every epoch, the labels of the other nodes unused.
+
+    Args:
+        model: ``model(X, adjacency)`` gives ``(N, C)`` logits. X ``(N, F)``; adjacency
+            ``(N, N)`` bool; labels ``(N,)`` int64; train_nodes ``(n,)`` node indices.
+        epochs, lr, weight_decay: keyword-only.
+
+    Returns:
+        the training loss of every epoch. Leaves the model in eval mode.
+
+    Raises:
+        ValueError: ``epochs`` not a positive integer.
+    """
+    check_positive_ints(epochs=epochs)
+    opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    losses: List[float] = []
+    for _ in range(epochs):
+        model.train()
+        loss = F.cross_entropy(model(X, adjacency)[train_nodes], labels[train_nodes])
+        losses.append(loss.item())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    model.eval()
+    return losses
