@@ -459,6 +459,7 @@ class CountingIndexBuilder(IndexBuilder):
         super().__init__(*args, **kwargs)
         self._d2lattn_counts: dict = {}
         self.d2lattn_table: dict | None = None
+        _fast_latin_terms(self.lang)
 
     def prune(self, docnames) -> None:
         super().prune(docnames)
@@ -495,6 +496,23 @@ class CountingIndexBuilder(IndexBuilder):
                     table.setdefault(word, {})[index[docname]] = count
         self.d2lattn_table = {word: table[word] for word in sorted(table)}
         return frozen
+
+
+class _TermSet(set):
+    """A set that takes ``list.extend``: Sphinx's Chinese search keeps every Latin word it has
+    split in a list (``SearchChinese.latin_terms``, which only ``split`` extends and only
+    ``stem`` reads, as ``word in latin_terms``) and scans it on every ``stem`` call. The list
+    grows with every page split, so the Chinese build spent most of its time in that scan
+    (401 of 477 s in one profile). A set answers the same question at once."""
+
+    extend = set.update
+
+
+def _fast_latin_terms(lang) -> None:
+    """Swap the Chinese search's list of Latin words for a ``_TermSet`` (same answers)."""
+    terms = getattr(lang, "latin_terms", None)
+    if isinstance(terms, list) and not isinstance(terms, _TermSet):
+        lang.latin_terms = _TermSet(terms)
 
 
 def _counting_index(app) -> None:
