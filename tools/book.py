@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Dict, Iterable, List, Tuple
@@ -132,9 +133,13 @@ def build(strict: bool = False, languages: Iterable[str] = ("en", "zh"),
     # changing only a static file would leave the old one in place.
     flags = ["--all"] + (["-W", "-n", "--keep-going"] if strict else [])
     languages = list(languages)
+    started, cpu = time.perf_counter(), _cpu()
     if "en" in languages:
         _jupyter_book(*flags)
+        print(f"English site: {time.perf_counter() - started:.0f} s ({_cpu() - cpu:.0f} s CPU)",
+              flush=True)
     if "zh" in languages:
+        zh_started, zh_cpu = time.perf_counter(), _cpu()
         out = BUILD / "zh"
         config = _config(language=LANGUAGE, config_dir=out)
         toc = _toc_zh(out)
@@ -144,15 +149,89 @@ def build(strict: bool = False, languages: Iterable[str] = ("en", "zh"),
         if target.exists():
             shutil.rmtree(target)
         shutil.copytree(out / "_build" / "html", target)
-        print(f"Chinese site: {target.relative_to(ROOT)}/index.html", flush=True)
+        if share_mathjax(BUILD / "html", target):
+            print("Chinese site: MathJax shared with the English site", flush=True)
+        if share_archive(BUILD / "html", target):
+            print("Chinese site: one notebooks' archive for both languages", flush=True)
+        print(f"Chinese site: {target.relative_to(ROOT)}/index.html "
+              f"({time.perf_counter() - zh_started:.0f} s, {_cpu() - zh_cpu:.0f} s CPU)",
+              flush=True)
     if with_pdf:
+        pdf_started, pdf_cpu = time.perf_counter(), _cpu()
         pdf(languages, strict=strict)
+        print(f"PDFs: {time.perf_counter() - pdf_started:.0f} s ({_cpu() - pdf_cpu:.0f} s CPU)",
+              flush=True)
+    print(f"built in {time.perf_counter() - started:.0f} s ({_cpu() - cpu:.0f} s CPU)", flush=True)
+
+
+def _cpu() -> float:
+    """CPU seconds used so far by this process and the builds it ran (Sphinx runs in a child
+    process); on a shared machine this says more than the wall clock."""
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+MATHJAX = Path("_static") / "mathjax"
+
+
+def _files(folder: Path) -> Dict[str, int]:
+    return {p.relative_to(folder).as_posix(): p.stat().st_size
+            for p in folder.rglob("*") if p.is_file()}
+
+
+def share_mathjax(site: Path, sub: Path) -> bool:
+    """One MathJax (24 MB) for both languages: when the Chinese site's copy is the English
+    one's, it is removed and the Chinese pages load the English site's (``../`` once more).
+    False, and nothing changed, when the English site has no identical copy."""
+    mine, theirs = sub / MATHJAX, site / MATHJAX
+    if not mine.is_dir() or not theirs.is_dir() or _files(mine) != _files(theirs):
+        return False
+    for page in sub.rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        new = re.sub(r'(src="(?:\.\./)*)(_static/mathjax/)', r"\1../\2", text)
+        if new != text:
+            page.write_text(new, encoding="utf-8")
+    shutil.rmtree(mine)
+    return True
+
+
+ARCHIVE_NAME = "how-attention-works-notebooks.zip"  # book/_ext/d2lattn_common.py
+
+
+def share_archive(site: Path, sub: Path) -> bool:
+    """One archive of the notebooks for both languages: the Chinese notebooks of the Chinese
+    site's archive join the English site's (as ``ch*.zh_CN.ipynb``), the Chinese copy goes and
+    the Chinese pages link the English site's. False, and nothing changed, without both."""
+    import zipfile
+
+    mine, theirs = sub / ARCHIVE_NAME, site / ARCHIVE_NAME
+    if not mine.is_file() or not theirs.is_file():
+        return False
+    merged = theirs.with_suffix(".tmp")
+    with zipfile.ZipFile(theirs) as english, zipfile.ZipFile(mine) as chinese, \
+            zipfile.ZipFile(merged, "w", compression=zipfile.ZIP_DEFLATED) as out:
+        names = set(english.namelist())
+        entries = [(english, i) for i in english.infolist()]
+        entries += [(chinese, i) for i in chinese.infolist() if i.filename not in names]
+        for archive, info in sorted(entries, key=lambda e: e[1].filename):
+            out.writestr(info, archive.read(info.filename))
+    merged.replace(theirs)
+    mine.unlink()
+    for page in sub.rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        new = re.sub(r'(href="(?:\.\./)*)(' + re.escape(ARCHIVE_NAME) + '")', r"\1../\2", text)
+        if new != text:
+            page.write_text(new, encoding="utf-8")
+    return True
 
 
 # ---------------------------------------------------------------------------------------------
 # PDF: the whole book on one page (Sphinx's singlehtml builder), printed by headless Chromium
 
-#: The PDF's file name at the root of each language's site (book/_ext/d2lattn_reader.py links it).
+#: The PDF's file name at the root of each language's site (book/_ext/d2lattn_page_links.py links it).
 PDF_NAME = "how-attention-works.pdf"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run",
@@ -173,8 +252,10 @@ def chromium() -> str:
 
 def _single_page(language: str, strict: bool) -> Path:
     """Build the whole book as one HTML page; return that page."""
-    out = BUILD / ("pdf" if language == "en" else f"pdf-{language}")
-    args = ["--builder", "singlehtml", "--path-output", str(out), "--all"]
+    # The same output folder as the language's site: the one-page build reuses the site
+    # build's parsed pages (Sphinx's doctrees) instead of reading every notebook again.
+    out = ROOT if language == "en" else BUILD / language.split("_")[0]
+    args = ["--builder", "singlehtml", "--path-output", str(out)]
     if language != "en":
         args += ["--config", str(_config(language=LANGUAGE, config_dir=out)),
                  "--toc", str(_toc_zh(out))]
@@ -196,7 +277,7 @@ def _single_page(language: str, strict: bool) -> Path:
 # names the root page in 379 of them, and Chromium would print those as file: links to the
 # builder's disk), every other relative link unlinked, display equations wider than the text
 # scaled to fit it. Returns the number of formulas and, for the outline, each document's title.
-_READY = """async (docs) => {
+_READY = r"""async (docs) => {
   for (let i = 0; i < 600 && !(window.MathJax && MathJax.startup && MathJax.startup.promise); i++)
     await new Promise(r => setTimeout(r, 50));
   if (window.MathJax && MathJax.startup) await MathJax.startup.promise;
@@ -330,12 +411,15 @@ def outline_by_part(path: Path, parts: List[Tuple[str, List[str]]], outline: Lis
         entries = [by_doc[d] for d in docs if d in by_doc]
         if not entries:
             continue
-        parent = (writer.add_outline_item(caption, pages[entries[0]["id"]]) if caption else None)
+        parent = (writer.add_outline_item(title=caption, page_number=pages[entries[0]["id"]])
+                  if caption else None)
         for entry in entries:
-            item = writer.add_outline_item(entry["title"], pages[entry["id"]], parent=parent)
+            item = writer.add_outline_item(title=entry["title"], page_number=pages[entry["id"]],
+                                           parent=parent)
             for sub in entry["sections"]:
                 if sub["id"] in pages:
-                    writer.add_outline_item(sub["title"], pages[sub["id"]], parent=item)
+                    writer.add_outline_item(title=sub["title"], page_number=pages[sub["id"]],
+                                            parent=item)
             placed += 1
     writer.page_mode = "/UseOutlines"
     with path.open("wb") as f:
