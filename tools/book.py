@@ -213,9 +213,9 @@ def share_archive(site: Path, sub: Path) -> bool:
     merged = theirs.with_suffix(".tmp")
     with zipfile.ZipFile(theirs) as english, zipfile.ZipFile(mine) as chinese, \
             zipfile.ZipFile(merged, "w", compression=zipfile.ZIP_DEFLATED) as out:
-        names = set(english.namelist())
-        entries = [(english, i) for i in english.infolist()]
-        entries += [(chinese, i) for i in chinese.infolist() if i.filename not in names]
+        names = set(chinese.namelist())  # the Chinese build's copy wins (a rebuild replaces)
+        entries = [(english, i) for i in english.infolist() if i.filename not in names]
+        entries += [(chinese, i) for i in chinese.infolist()]
         for archive, info in sorted(entries, key=lambda e: e[1].filename):
             out.writestr(info, archive.read(info.filename))
     merged.replace(theirs)
@@ -430,11 +430,15 @@ def outline_by_part(path: Path, parts: List[Tuple[str, List[str]]], outline: Lis
 def pdf(languages: Iterable[str] = ("en", "zh"), strict: bool = False) -> List[Path]:
     """Print the whole book to ``PDF_NAME`` at the root of each language's site, offline.
 
-    The book is built as one HTML page (singlehtml) and printed by the system's headless
-    Chromium, driven by playwright when it is installed (the requirements install it for the
-    browser test) so that printing waits for MathJax and the interactive figures."""
-    written = []
+    The book is built as one HTML page (singlehtml, from the site build's parsed pages) and
+    printed by the system's headless Chromium, driven by playwright when it is installed (the
+    requirements install it for the browser test) so that printing waits for MathJax and the
+    interactive figures. Chromium lays out and writes a PDF on one core (about a minute for the
+    book); the two languages print at the same time, one browser each."""
+    import concurrent.futures
+
     browser = chromium()
+    jobs = []
     for language in languages:
         page = _single_page(language, strict)
         site = BUILD / "html" / (ZH_SUBDIR if language != "en" else "")
@@ -445,7 +449,16 @@ def pdf(languages: Iterable[str] = ("en", "zh"), strict: bool = False) -> List[P
         parts = toc_parts()
         if language != "en":
             parts = [(ZH_CAPTIONS.get(c, c), docs) for c, docs in parts]
-        outline = _print_with_playwright(browser, page, target, [d for _, ds in parts for d in ds])
+        jobs.append((page, target, parts))
+
+    def print_one(job):
+        page, target, parts = job
+        return _print_with_playwright(browser, page, target, [d for _, ds in parts for d in ds])
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(jobs))) as pool:
+        outlines = list(pool.map(print_one, jobs))
+    written = []
+    for (page, target, parts), outline in zip(jobs, outlines):
         if outline is None:
             # no playwright: Chromium's own printing, with virtual time for MathJax to finish
             with tempfile.TemporaryDirectory() as profile:
