@@ -129,7 +129,7 @@ def page_links(app, pagename: str, pathto) -> str:
         options = app.config.html_theme_options or {}
         branch = options.get("repository_branch") or "main"
         book = str(options.get("path_to_docs") or "").strip("/")
-        if _lang(app.config) == "zh":  # the Chinese text lives in the page's catalogue
+        if lang(app.config) == "zh":  # the Chinese text lives in the page's catalogue
             source_file = f"locale/{app.config.language}/LC_MESSAGES/{pagename}.po"
         else:
             source_file = "/".join(p for p in (book, source) if p)

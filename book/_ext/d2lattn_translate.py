@@ -28,7 +28,7 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Set, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 ROOT = Path(__file__).resolve().parents[2]
 VIZ_CATALOGUE = "interactive"  # locale/<lang>/LC_MESSAGES/interactive.po
