@@ -536,8 +536,9 @@ def test_interactive_figures_draw_the_computed_numbers(site, base_url, browser):
                 assert got["ready"] and got["fallbackHidden"], where
                 assert got["frame"] == key, where
                 # the screen reader's tables describe the setting drawn, not the first one
-                setting = ", ".join(f"{c['label']} = {_js_str(c['values'][i])}"
-                                    for c, i in zip(spec["controls"], combo))
+                comma = "，" if rel.startswith(ZH) else ", "  # the page's language
+                setting = comma.join(f"{c['label']} = {_js_str(c['values'][i])}"
+                                     for c, i in zip(spec["controls"], combo))
                 assert setting in got["fallbackText"], where
                 times.append(got["ms"])
                 moves += 1
@@ -860,8 +861,13 @@ def test_chinese_download_button_gives_a_chinese_notebook(site, base_url, browse
         assert "d2lattn" not in en.get("metadata", {}), rel
         first = "".join(next(c for c in zh["cells"] if c["cell_type"] == "markdown")["source"])
         assert re.search(CJK_CHAR, first), (rel, first[:80])
-        code = lambda nb: [c["source"] for c in nb["cells"] if c["cell_type"] == "code"]
+        code = lambda nb: [c["source"] for c in nb["cells"] if c["cell_type"] == "code"
+                           and not c["metadata"].get("d2lattn_language_cell")]
         assert code(zh) == code(en), rel
+        # the Chinese one's first code cell makes its figures Chinese when it is run again
+        first_code = next(c for c in zh["cells"] if c["cell_type"] == "code")
+        assert first_code["metadata"].get("d2lattn_language_cell"), rel
+        assert 'set_language("zh_CN")' in "".join(first_code["source"]), rel
     page.close()
 
 
