@@ -24,16 +24,18 @@ Data layout (all of it JSON, numbers rounded to ``digits`` decimals):
 
 from __future__ import annotations
 
+import copy
 import html
 import itertools
 import json
 import math
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 
-__all__ = ["InteractiveFigure", "frame_key"]
+__all__ = ["InteractiveFigure", "frame_key", "set_language", "translate_data"]
 
 CONTROL_TYPES = ("slider", "select", "tokens")
 PANEL_TYPES = ("bars", "grid", "lines", "readout")
@@ -66,6 +68,72 @@ def _rounded(obj: Any, digits: int) -> Any:
     if isinstance(obj, Sequence):
         return [_rounded(v, digits) for v in obj]
     raise ValueError(f"figure data must be numbers, strings, lists or dicts, got {type(obj).__name__}")
+
+
+#: The language figures are drawn in (None: as written, English) and its table of strings.
+_LANGUAGE: dict[str, Any] = {"code": None, "table": {}}
+#: Where the translations live in the book's repository (and in its notebooks' archive).
+LOCALE = Path(__file__).resolve().parents[1] / "locale"
+
+
+def set_language(language: str | None, *, catalogue: str | Path | None = None) -> None:
+    """Draw the figures made from now on in ``language`` (``"zh_CN"``), or as written (None).
+
+    The website's Chinese pages translate the committed figures when the book is built; a
+    Chinese notebook downloaded from them calls this in its first cell, so that its figures,
+    drawn again, are Chinese too. The strings come from the gettext catalogue
+    ``locale/<language>/LC_MESSAGES/interactive.po`` of the book's repository (or
+    ``catalogue``); a string it lacks stays English.
+
+    Raises:
+        ValueError: if ``language`` has no such catalogue (it names the file looked for).
+
+    Source: the book's Chinese edition (``locale/README.md``).
+    """
+    if language in (None, "", "en"):
+        _LANGUAGE.update(code=None, table={})
+        return
+    path = Path(catalogue) if catalogue is not None else (
+        LOCALE / str(language) / "LC_MESSAGES" / "interactive.po")
+    if not path.is_file():
+        raise ValueError(f"language {language!r}: no catalogue at {path} (the figures' "
+                         "translations live in the book's repository, under locale/)")
+    import polib
+
+    table = {e.msgid: e.msgstr for e in polib.pofile(str(path))
+             if e.msgid and e.msgstr.strip() and "fuzzy" not in e.flags and not e.obsolete}
+    _LANGUAGE.update(code=str(language), table=table)
+
+
+def translate_data(data: Mapping[str, Any], table: Mapping[str, str]) -> dict[str, Any]:
+    """A copy of a figure's data (:meth:`InteractiveFigure.data`) with every string that
+    ``table`` translates replaced: title, caption, control labels and values, panel titles,
+    row, column and bar labels, line and readout names. Numbers are untouched.
+
+    >>> translate_data({"title": "weights", "caption": "", "controls": [], "panels": [],
+    ...                 "frames": {}}, {"weights": "权重"})["title"]
+    '权重'
+    """
+    t = lambda s: table.get(s, s) if isinstance(s, str) else s  # noqa: E731
+    out = copy.deepcopy(dict(data))
+    out["title"], out["caption"] = t(out["title"]), t(out.get("caption", ""))
+    for control in out["controls"]:
+        control["label"] = t(control["label"])
+        control["values"] = [t(v) for v in control["values"]]
+    keyed = []
+    for panel in out["panels"]:
+        panel["title"] = t(panel.get("title", ""))
+        for field in ("rows", "cols", "labels"):
+            if field in panel:
+                panel[field] = [t(v) for v in panel[field]]
+        for series in panel.get("static", []):
+            series["label"] = t(series["label"])
+        if panel["type"] in ("readout", "lines"):
+            keyed.append(panel["name"])
+    for frame in out["frames"].values():
+        for name in keyed:
+            frame[name] = {t(k): v for k, v in frame[name].items()}
+    return out
 
 
 class InteractiveFigure:
@@ -189,7 +257,18 @@ class InteractiveFigure:
         return "".join(parts)
 
     def _repr_html_(self) -> str:
-        payload = json.dumps(self.data(), ensure_ascii=False, sort_keys=True,
+        if _LANGUAGE["code"] and not getattr(self, "_translated", False):
+            data = translate_data(self.data(), _LANGUAGE["table"])
+            figure = InteractiveFigure(data["title"], controls=data["controls"],
+                                       panels=data["panels"], frames=data["frames"],
+                                       digits=data["digits"], caption=data["caption"])
+            figure._translated = True
+            figure._lang = _LANGUAGE["code"]
+            return figure._repr_html_()
+        data = self.data()
+        if getattr(self, "_lang", None):
+            data["lang"] = self._lang  # the script's own words (": ", "points") follow it
+        payload = json.dumps(data, ensure_ascii=False, sort_keys=True,
                              separators=(",", ":")).replace("</", "<\\/")
         return ('<div class="d2lattn-viz">'
                 f'<script type="application/json" class="d2lattn-viz-data">{payload}</script>'

@@ -71,7 +71,7 @@ def test_chinese_build_reads_only_the_toc_pages(stub):
     assert _read_pages(stub, "--config", str(config), "--toc", str(toc)) == toc_pages()
 
 
-# Links to the source (book/_ext/d2lattn_reader.py) ---------------------------------------------
+# Links to the source (book/_ext/d2lattn_page_links.py) ----------------------------------------
 
 EXAMPLE_URL = "https://github.com/example-owner/how-attention-works"
 

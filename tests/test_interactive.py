@@ -99,3 +99,31 @@ def test_fallback_grid_has_a_header_per_drawn_column():
     html = fig._fallback()
     header = re.search(r"<tr><th></th>(.*?)</tr>", html).group(1)
     assert header.count("<th>") == 2 and "k2" not in header
+
+
+def test_a_chinese_notebook_draws_its_figures_in_chinese(tmp_path):
+    """set_language("zh_CN") (the first cell of a Chinese notebook downloaded from the site)
+    makes the figures drawn afterwards Chinese, strings and the script's language alike; None
+    gives back exactly the English output; an unknown language is refused by name."""
+    from d2lattn import interactive
+
+    catalogue = tmp_path / "interactive.po"
+    catalogue.write_text('msgid ""\nmsgstr ""\n"Content-Type: text/plain; charset=UTF-8\\n"\n\n'
+                         'msgid "A"\nmsgstr "甲"\n\nmsgid "sum"\nmsgstr "和"\n', encoding="utf-8")
+    fig = _figure()
+    english = fig._repr_html_()
+    try:
+        interactive.set_language("zh_CN", catalogue=catalogue)
+        html, data = _payload(fig)
+        assert data["lang"] == "zh_CN"
+        assert data["controls"][0]["label"] == "甲" and data["controls"][1]["label"] == "B"
+        assert all("和" in frame["r"] for frame in data["frames"].values())
+        assert "甲 = 1" in html  # the static table too
+    finally:
+        interactive.set_language(None)
+    assert fig._repr_html_() == english
+    with pytest.raises(ValueError, match="language 'xx'"):
+        interactive.set_language("xx")
+    # the book's own catalogue is where a re-run Chinese notebook finds it
+    interactive.set_language("zh_CN")
+    interactive.set_language(None)

@@ -1,4 +1,4 @@
-"""Search ranks a page by how often it uses the query's words (book/_ext/d2lattn_reader.py, 8).
+"""Search ranks a page by how often it uses the query's words (book/_ext/d2lattn_search.py, 2).
 
 Sphinx's search index records only which pages hold a word: every page that names it once tied
 with the chapter about it, and ties went by title, so "rotary" listed the induction-heads
@@ -112,3 +112,27 @@ def test_search_ranks_by_heading_then_by_uses(site):
         if name not in pages:
             pages.append(name)
     assert pages == [HEADING, MOST, ONCE], hits
+
+
+def test_chinese_stemming_keeps_its_answers_and_stops_scanning_a_list():
+    """Sphinx's Chinese search kept every Latin word it split in a list and scanned it on each
+    stem() call (most of the Chinese build's time); the index builder swaps in a set. The answers
+    are the same, word for word, and the lookup no longer walks a list."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "book" / "_ext"))
+    import d2lattn_search
+    from sphinx.search.zh import SearchChinese
+
+    text = "注意力 attention softmax ALiBi GQA KV cache 的 RoPE ids GPT mha " * 3
+    words = ["attention", "ids", "GPT", "mha", "KV", "RoPE", "caching", "zz", "softmax"]
+    plain = SearchChinese({})
+    plain.latin_terms = []
+    plain.split(text)
+    fast = SearchChinese({})
+    d2lattn_search._fast_latin_terms(fast)
+    assert isinstance(fast.latin_terms, set)
+    fast.latin_terms.clear()
+    fast.split(text)
+    assert [fast.stem(w) for w in words] == [plain.stem(w) for w in words]
+    assert "GPT" in fast.latin_terms and len(fast.latin_terms) < len(plain.latin_terms)

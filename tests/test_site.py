@@ -286,6 +286,24 @@ def test_no_remote_assets_in_the_html(site):
     assert remote == []
 
 
+# What a reader at 1280 px cannot see without scrolling: printed outputs wider than their box
+# (the width hidden, in px), and display equations wider than the column (with the overflow
+# style that lets them scroll).
+HIDDEN_WIDTH = """() => {
+  const outputs = [], math = [];
+  for (const el of document.querySelectorAll(
+      '.bd-article .cell_output pre, .bd-article .cell_output .output.text_html')) {
+    const hidden = el.scrollWidth - el.clientWidth;
+    if (hidden > 1) outputs.push([el.textContent.trim().slice(0, 60), hidden]);
+  }
+  for (const m of document.querySelectorAll('.bd-article mjx-container[display="true"]')) {
+    const hidden = m.scrollWidth - m.clientWidth;
+    if (hidden > 1) math.push([m.textContent.slice(0, 40), hidden, getComputedStyle(m).overflowX]);
+  }
+  return {outputs, math};
+}"""
+
+
 @pytest.fixture(scope="module")
 def crawl(site: Path, base_url: str, browser) -> Dict[str, object]:
     """Open every page once at desktop width and collect what each check needs."""
@@ -303,6 +321,7 @@ def crawl(site: Path, base_url: str, browser) -> Dict[str, object]:
         assert mathjax != "MathJax never started", f"{rel}: MathJax never started"
         report["math"][rel] = page.evaluate(MATH_REPORT)
         report["images"][rel] = page.evaluate(LOAD_IMAGES)
+        report.setdefault("hidden", {})[rel] = page.evaluate(HIDDEN_WIDTH)
         page.evaluate("document.fonts.ready.then(() => true)")  # MathJax and icon fonts
         report["pages"].append(rel)
     page.close()
@@ -333,6 +352,18 @@ def test_math_is_typeset(crawl):
         assert m["typeset"] >= m["count"], f"{rel}: {m}"
     for rel, m in crawl["math"].items():
         assert m["raw"] == [], f"{rel}: raw TeX delimiters in the text"
+
+
+def test_outputs_fit_at_desktop_width(crawl):
+    """At 1280 px no printed output hides text sideways (long lines wrap: ch13's diagnostic
+    messages were 180-385 characters, up to 2,234 px of scrolling), and a display equation
+    wider than the column scrolls in its own box rather than being cut."""
+    hidden = {rel: h["outputs"] for rel, h in crawl["hidden"].items() if h["outputs"]}
+    total = sum(px for found in hidden.values() for _, px in found)
+    assert total == 0, f"{total} px of output hidden: {hidden}"
+    for rel, h in crawl["hidden"].items():
+        for text, px, overflow in h["math"]:
+            assert overflow in ("auto", "scroll"), f"{rel}: {text!r} cut by {px} px"
 
 
 def test_every_image_loads(crawl):
@@ -505,8 +536,9 @@ def test_interactive_figures_draw_the_computed_numbers(site, base_url, browser):
                 assert got["ready"] and got["fallbackHidden"], where
                 assert got["frame"] == key, where
                 # the screen reader's tables describe the setting drawn, not the first one
-                setting = ", ".join(f"{c['label']} = {_js_str(c['values'][i])}"
-                                    for c, i in zip(spec["controls"], combo))
+                comma = "，" if rel.startswith(ZH) else ", "  # the page's language
+                setting = comma.join(f"{c['label']} = {_js_str(c['values'][i])}"
+                                     for c, i in zip(spec["controls"], combo))
                 assert setting in got["fallbackText"], where
                 times.append(got["ms"])
                 moves += 1
@@ -829,8 +861,13 @@ def test_chinese_download_button_gives_a_chinese_notebook(site, base_url, browse
         assert "d2lattn" not in en.get("metadata", {}), rel
         first = "".join(next(c for c in zh["cells"] if c["cell_type"] == "markdown")["source"])
         assert re.search(CJK_CHAR, first), (rel, first[:80])
-        code = lambda nb: [c["source"] for c in nb["cells"] if c["cell_type"] == "code"]
+        code = lambda nb: [c["source"] for c in nb["cells"] if c["cell_type"] == "code"
+                           and not c["metadata"].get("d2lattn_language_cell")]
         assert code(zh) == code(en), rel
+        # the Chinese one's first code cell makes its figures Chinese when it is run again
+        first_code = next(c for c in zh["cells"] if c["cell_type"] == "code")
+        assert first_code["metadata"].get("d2lattn_language_cell"), rel
+        assert 'set_language("zh_CN")' in "".join(first_code["source"]), rel
     page.close()
 
 
@@ -923,7 +960,7 @@ def test_search_puts_the_chapter_that_uses_a_word_most_first(site, base_url, bro
 
 
 # The reader's path: only the book's pages, figures for everyone, readable on a phone, the
-# footer, the source links, downloads and the PDF (book/_ext/d2lattn_reader.py,
+# footer, the source links, downloads and the PDF (book/_ext/d2lattn_reader.py and its modules,
 # book/assets/static/d2lattn-viz.js and d2lattn.css, tools/book.py pdf) ----------------------
 
 def _toc_pages() -> Set[str]:
@@ -949,14 +986,144 @@ def test_every_plot_has_alt_text(site):
     """A plot's alt text describes it (from the code that drew it), never a file name."""
     import re
 
-    plots = 0
+    plots = described = 0
     for rel in _article_pages(site):
         text = (site / rel).read_text(encoding="utf-8")
         for alt, src in re.findall(r'<img alt="([^"]*)" src="([^"]*_images/[^"]+\.png)"', text):
             plots += 1
             assert alt and not alt.endswith(".png") and "_images/" not in alt, f"{rel}: {src}"
             assert alt.startswith(("Plot", "图")) and len(alt) > 20, f"{rel}: {alt!r}"
+            assert "…" not in alt, f"{rel}: a placeholder in {alt!r}"
+            described += bool(re.search(r"titles|axis|标题|横轴|纵轴", alt))
     assert plots >= 40, plots
+    # nearly every plot names its titles or axes (the rest are drawn by code that writes none)
+    assert described >= 0.85 * plots, (described, plots)
+
+
+def test_code_cells_show_no_test_markers(site):
+    """`# NBVAL_IGNORE_OUTPUT` is for the test runner: the pages show the code without it."""
+    for rel in _article_pages(site):
+        text = (site / rel).read_text(encoding="utf-8")
+        assert "NBVAL_IGNORE_OUTPUT" not in text.replace("<span class=\"c1\">", ""), rel
+
+
+def test_the_notebooks_archive_holds_what_the_chapters_read(site):
+    """One archive of the notebooks for both languages, linked from every chapter page: every
+    chapter in English (ch1_....ipynb) and in Chinese (ch1_....zh_CN.ipynb, next to it so that
+    both read the same data), the files the chapters open (data, figures, fonts), the library
+    and its requirements, and the figures' catalogue; a Chinese notebook's first code cell makes
+    its figures Chinese."""
+    import re
+    import zipfile
+
+    path = site / "how-attention-works-notebooks.zip"
+    assert path.is_file() and not (site / ZH / path.name).exists()
+    with zipfile.ZipFile(path) as archive:
+        names = {n.split("/", 1)[1] for n in archive.namelist()}
+        for chapter in _toc_chapters():
+            for suffix in (".ipynb", ".zh_CN.ipynb"):
+                name = chapter.replace(".html", suffix)
+                assert name in names, name
+                notebook = json.loads(archive.read("how-attention-works/" + name))
+                assert notebook["cells"][0]["metadata"].get("d2lattn_download_note"), name
+                if suffix != ".ipynb":
+                    assert 'set_language("zh_CN")' in "".join(notebook["cells"][1]["source"])
+                code = "".join("".join(c["source"]) for c in notebook["cells"]
+                               if c["cell_type"] == "code")
+                for needed in set(re.findall(r"(?:data|figures|assets/fonts)/[\w.-]+\.\w+", code)):
+                    assert "book/" + needed in names, (name, needed)
+        for needed in ("d2lattn/__init__.py", "requirements.txt", "pyproject.toml",
+                       "book/data/gpt_variants.json", "book/data/ch12_gpt_tang.pt",
+                       "book/figures/masking.svg", "locale/zh_CN/LC_MESSAGES/interactive.po"):
+            assert needed in names, needed
+    for rel in _article_pages(site):
+        if rel.rsplit("/", 1)[-1].startswith("ch"):
+            link = re.search(r'<a class="d2lattn-archive-link" href="([^"]+)"',
+                             (site / rel).read_text(encoding="utf-8"))
+            assert link and _resolve(rel, link.group(1)) == path.name, rel
+
+
+def test_both_languages_share_one_mathjax_and_only_the_search_page_loads_the_index(site):
+    """MathJax (24 MB) ships once: the Chinese pages load the English site's copy. The search
+    index loads on the search page only."""
+    assert (site / "_static" / "mathjax" / "tex-chtml.js").is_file()
+    assert not (site / ZH / "_static" / "mathjax").exists()
+    zh_page = (site / ZH / "book" / "ch1_attention_cues.html").read_text(encoding="utf-8")
+    assert 'src="../../_static/mathjax/tex-chtml.js' in zh_page
+    for prefix in ("", ZH):
+        assert "searchindex.js" in (site / prefix / "search.html").read_text(encoding="utf-8")
+        for rel in _article_pages(site):
+            if rel.startswith(ZH) == bool(prefix):
+                assert "searchindex.js" not in (site / rel).read_text(encoding="utf-8"), rel
+
+
+# Every element that draws Chinese text, with the font family it is drawn in.
+CJK_FONTS = """(cjk) => {
+  const re = new RegExp(cjk), bad = [];
+  let checked = 0;
+  for (const el of document.querySelectorAll('.bd-article *')) {
+    const own = [...el.childNodes].filter(n => n.nodeType === 3).map(n => n.textContent).join('');
+    if (!re.test(own)) continue;
+    checked++;
+    const family = getComputedStyle(el).fontFamily;
+    if (!family.includes('D2lattn CJK')) bad.push([el.tagName, el.className, family.slice(0, 60)]);
+  }
+  return {checked, bad: bad.slice(0, 10)};
+}"""
+
+
+def test_chinese_text_always_falls_back_to_the_shipped_font(site, base_url, browser):
+    """On screen and in print, every element of a Chinese page that holds Chinese text names the
+    shipped CJK font in its font stack (a bare `monospace` drew the figures' readouts as empty
+    boxes on machines without a CJK font, and in the Chinese PDF)."""
+    page = browser.context.new_page()
+    pages = [ZH + rel for rel in _viz_pages(site) if not rel.startswith(ZH)][:4]
+    pages += [ZH + "book/ch13_diagnostics.html", ZH + "book/glossary.html"]
+    for media in ("screen", "print"):
+        page.emulate_media(media=media)
+        for rel in pages:
+            _open(page, base_url, rel, site)
+            page.wait_for_function("[...document.querySelectorAll('.d2lattn-viz')]"
+                                   ".every(r => r.dataset.ready === '1')", timeout=10000)
+            got = page.evaluate(CJK_FONTS, CJK_CHAR)
+            assert got["checked"] > 20 and got["bad"] == [], (media, rel, got)
+    page.close()
+
+
+def test_chinese_figures_write_their_own_words_in_chinese(site, base_url, browser):
+    """The script's own words follow the page: full-width colons after control labels, Chinese
+    screen-reader text (no "points, from"); counts are integers ("65", not "65.000")."""
+    import re
+
+    page = browser.context.new_page()
+    counted = 0
+    for rel in _viz_pages(site):
+        if not rel.startswith(ZH):
+            continue
+        _open(page, base_url, rel, site)
+        page.wait_for_function("[...document.querySelectorAll('.d2lattn-viz')]"
+                               ".every(r => r.dataset.ready === '1')", timeout=10000)
+        got = page.evaluate("""() => ({
+          labels: [...document.querySelectorAll('.d2lattn-viz-control > span:first-child')]
+            .map(s => s.textContent),
+          hidden: [...document.querySelectorAll('.d2lattn-viz-fallback')].map(f => f.textContent).join(' '),
+          aria: [...document.querySelectorAll('.d2lattn-viz svg')].map(s => s.getAttribute('aria-label')),
+          readouts: [...document.querySelectorAll('.d2lattn-viz')].flatMap(root => {
+            const spec = JSON.parse(root.querySelector('script.d2lattn-viz-data').textContent);
+            const frames = Object.values(spec.frames);
+            const counts = new Set(spec.panels.filter(p => p.type === 'readout').flatMap(p =>
+              Object.keys(frames[0][p.name]).filter(k => frames.every(f => Number.isInteger(f[p.name][k])))));
+            return [...root.querySelectorAll('.d2lattn-viz-readout tr')]
+              .map(r => [...r.children].map(c => c.textContent))
+              .filter(([name]) => counts.has(name));
+          })})""")
+        assert all(label.endswith("：") for label in got["labels"]), (rel, got["labels"])
+        assert "points, from" not in got["hidden"] and "its numbers" not in " ".join(got["aria"])
+        for name, value in got["readouts"]:
+            assert re.fullmatch(r"-?\d+", value), (rel, name, value)
+            counted += 1
+    page.close()
+    assert counted >= 5, counted
 
 
 def test_every_footer_shows_version_commit_and_build_date(site):
@@ -1050,6 +1217,61 @@ def test_the_pdf_of_the_whole_book_exists_and_opens(site, base_url, browser, pre
     assert response.status == 200 and response.body()[:5] == b"%PDF-"
     assert "pdf" in response.headers.get("content-type", ""), response.headers
     page.close()
+
+
+def _pdf_links_and_outline(path: Path):
+    """(link targets as 'file:...', 'https:...' or 'internal', [(title, depth)] of the outline)."""
+    pypdf = pytest.importorskip("pypdf")
+    reader = pypdf.PdfReader(str(path))
+    links = []
+    for page in reader.pages:
+        for annotation in page.get("/Annots") or []:
+            annotation = annotation.get_object()
+            if annotation.get("/Subtype") != "/Link":
+                continue
+            action = annotation.get("/A")
+            action = action.get_object() if action is not None else None
+            if action is not None and "/URI" in action:
+                links.append(str(action["/URI"]))
+            elif action is not None and "/F" in action:  # a link to another file
+                links.append("file:" + str(action["/F"]))
+            else:
+                links.append("internal")
+    outline = []
+
+    def walk(items, depth):
+        for item in items:
+            if isinstance(item, list):
+                walk(item, depth + 1)
+            else:
+                outline.append((str(item.title), depth))
+    walk(reader.outline, 0)
+    return links, outline
+
+
+@pytest.mark.parametrize("prefix", ["", ZH])
+def test_the_pdf_links_within_itself_and_has_bookmarks_by_part(site, prefix):
+    """Every link of the PDF that points into the book is a link within the PDF (none to the
+    builder's disk: the first PDFs had 570 file: links); the bookmarks hold the book's parts,
+    each with its chapters, as _toc.yml orders them."""
+    import re
+
+    import yaml
+
+    path = site / prefix / PDF_NAME
+    links, outline = _pdf_links_and_outline(path)
+    assert [u for u in links if u.startswith("file:") or "/_build/" in u] == []
+    assert links.count("internal") >= 300, links.count("internal")
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    tool = book_tool()
+    parts = [p["caption"] for p in toc["parts"]]
+    if prefix:
+        parts = [tool.ZH_CAPTIONS[p] for p in parts]
+    top = [title for title, depth in outline if depth == 0]
+    assert [t for t in top if t in parts] == parts, top
+    chapters = [title for title, depth in outline if depth == 1]
+    for n in range(1, len(_toc_chapters()) + 1):
+        assert any(re.match(rf"{n}\. ", t) for t in chapters), (n, chapters)
 
 
 MEASURE_PHONE = """() => ({
@@ -1172,6 +1394,33 @@ def test_tokens_are_chosen_by_click_and_keys_never_by_hover(site, base_url, brow
         assert checked() == other and root.get_attribute("data-frame") == frame, f"{rel}: Tab"
     page.close()
     assert checked_pages, "no figure with token chips"
+
+
+def test_every_reference_with_an_identifier_links_it(site):
+    """Every entry of references.bib with a DOI, an arXiv id (an eprint field, or an arXiv
+    number in its text) or a URL renders a link to it, in both languages."""
+    import re
+
+    bib = (ROOT / "book" / "references.bib").read_text(encoding="utf-8")
+    expected = {}
+    for entry in re.split(r"\n(?=@)", bib):
+        key = re.match(r"\s*@\w+\{([^,]+),", entry)
+        if not key:
+            continue
+        doi = re.search(r"^\s*doi\s*=\s*\{([^}]+)\}", entry, re.M | re.I)
+        arxiv = re.search(r"(?:eprint\s*=\s*\{|arXiv:)(\d{4}\.\d{4,5})", entry, re.I)
+        if doi:
+            expected[key.group(1)] = "https://doi.org/" + doi.group(1)
+        elif arxiv:
+            expected[key.group(1)] = "https://arxiv.org/abs/" + arxiv.group(1)
+    assert len(expected) >= 60, len(expected)
+    for prefix in ("", ZH):
+        text = (site / prefix / "book" / "bibliography.html").read_text(encoding="utf-8")
+        # an identifier belongs to one entry: its link on the page is that entry's
+        links = {h.lower() for h in re.findall(r'<a class="reference external" href="([^"]+)"',
+                                                text)}
+        missing = [key for key, url in expected.items() if url.lower() not in links]
+        assert missing == [], (prefix, missing)
 
 
 def test_bibliography_renders_latex_and_links_its_sources(site):

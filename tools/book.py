@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Dict, Iterable, List, Tuple
@@ -132,9 +133,13 @@ def build(strict: bool = False, languages: Iterable[str] = ("en", "zh"),
     # changing only a static file would leave the old one in place.
     flags = ["--all"] + (["-W", "-n", "--keep-going"] if strict else [])
     languages = list(languages)
+    started, cpu = time.perf_counter(), _cpu()
     if "en" in languages:
         _jupyter_book(*flags)
+        print(f"English site: {time.perf_counter() - started:.0f} s ({_cpu() - cpu:.0f} s CPU)",
+              flush=True)
     if "zh" in languages:
+        zh_started, zh_cpu = time.perf_counter(), _cpu()
         out = BUILD / "zh"
         config = _config(language=LANGUAGE, config_dir=out)
         toc = _toc_zh(out)
@@ -144,15 +149,89 @@ def build(strict: bool = False, languages: Iterable[str] = ("en", "zh"),
         if target.exists():
             shutil.rmtree(target)
         shutil.copytree(out / "_build" / "html", target)
-        print(f"Chinese site: {target.relative_to(ROOT)}/index.html", flush=True)
+        if share_mathjax(BUILD / "html", target):
+            print("Chinese site: MathJax shared with the English site", flush=True)
+        if share_archive(BUILD / "html", target):
+            print("Chinese site: one notebooks' archive for both languages", flush=True)
+        print(f"Chinese site: {target.relative_to(ROOT)}/index.html "
+              f"({time.perf_counter() - zh_started:.0f} s, {_cpu() - zh_cpu:.0f} s CPU)",
+              flush=True)
     if with_pdf:
+        pdf_started, pdf_cpu = time.perf_counter(), _cpu()
         pdf(languages, strict=strict)
+        print(f"PDFs: {time.perf_counter() - pdf_started:.0f} s ({_cpu() - pdf_cpu:.0f} s CPU)",
+              flush=True)
+    print(f"built in {time.perf_counter() - started:.0f} s ({_cpu() - cpu:.0f} s CPU)", flush=True)
+
+
+def _cpu() -> float:
+    """CPU seconds used so far by this process and the builds it ran (Sphinx runs in a child
+    process); on a shared machine this says more than the wall clock."""
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+MATHJAX = Path("_static") / "mathjax"
+
+
+def _files(folder: Path) -> Dict[str, int]:
+    return {p.relative_to(folder).as_posix(): p.stat().st_size
+            for p in folder.rglob("*") if p.is_file()}
+
+
+def share_mathjax(site: Path, sub: Path) -> bool:
+    """One MathJax (24 MB) for both languages: when the Chinese site's copy is the English
+    one's, it is removed and the Chinese pages load the English site's (``../`` once more).
+    False, and nothing changed, when the English site has no identical copy."""
+    mine, theirs = sub / MATHJAX, site / MATHJAX
+    if not mine.is_dir() or not theirs.is_dir() or _files(mine) != _files(theirs):
+        return False
+    for page in sub.rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        new = re.sub(r'(src="(?:\.\./)*)(_static/mathjax/)', r"\1../\2", text)
+        if new != text:
+            page.write_text(new, encoding="utf-8")
+    shutil.rmtree(mine)
+    return True
+
+
+ARCHIVE_NAME = "how-attention-works-notebooks.zip"  # book/_ext/d2lattn_common.py
+
+
+def share_archive(site: Path, sub: Path) -> bool:
+    """One archive of the notebooks for both languages: the Chinese notebooks of the Chinese
+    site's archive join the English site's (as ``ch*.zh_CN.ipynb``), the Chinese copy goes and
+    the Chinese pages link the English site's. False, and nothing changed, without both."""
+    import zipfile
+
+    mine, theirs = sub / ARCHIVE_NAME, site / ARCHIVE_NAME
+    if not mine.is_file() or not theirs.is_file():
+        return False
+    merged = theirs.with_suffix(".tmp")
+    with zipfile.ZipFile(theirs) as english, zipfile.ZipFile(mine) as chinese, \
+            zipfile.ZipFile(merged, "w", compression=zipfile.ZIP_DEFLATED) as out:
+        names = set(chinese.namelist())  # the Chinese build's copy wins (a rebuild replaces)
+        entries = [(english, i) for i in english.infolist() if i.filename not in names]
+        entries += [(chinese, i) for i in chinese.infolist()]
+        for archive, info in sorted(entries, key=lambda e: e[1].filename):
+            out.writestr(info, archive.read(info.filename))
+    merged.replace(theirs)
+    mine.unlink()
+    for page in sub.rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        new = re.sub(r'(href="(?:\.\./)*)(' + re.escape(ARCHIVE_NAME) + '")', r"\1../\2", text)
+        if new != text:
+            page.write_text(new, encoding="utf-8")
+    return True
 
 
 # ---------------------------------------------------------------------------------------------
 # PDF: the whole book on one page (Sphinx's singlehtml builder), printed by headless Chromium
 
-#: The PDF's file name at the root of each language's site (book/_ext/d2lattn_reader.py links it).
+#: The PDF's file name at the root of each language's site (book/_ext/d2lattn_page_links.py links it).
 PDF_NAME = "how-attention-works.pdf"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run",
@@ -173,8 +252,10 @@ def chromium() -> str:
 
 def _single_page(language: str, strict: bool) -> Path:
     """Build the whole book as one HTML page; return that page."""
-    out = BUILD / ("pdf" if language == "en" else f"pdf-{language}")
-    args = ["--builder", "singlehtml", "--path-output", str(out), "--all"]
+    # The same output folder as the language's site: the one-page build reuses the site
+    # build's parsed pages (Sphinx's doctrees) instead of reading every notebook again.
+    out = ROOT if language == "en" else BUILD / language.split("_")[0]
+    args = ["--builder", "singlehtml", "--path-output", str(out)]
     if language != "en":
         args += ["--config", str(_config(language=LANGUAGE, config_dir=out)),
                  "--toc", str(_toc_zh(out))]
@@ -190,8 +271,13 @@ def _single_page(language: str, strict: bool) -> Path:
     return page
 
 
-# Wait until MathJax has typeset the page and every interactive figure is drawn.
-_READY = """async () => {
+# Wait until MathJax has typeset the page and every interactive figure is drawn; then make the
+# page ready to print: every dropdown open (the library's version of a function, the solutions),
+# every link that points into the book made a link within the page (the one-page build still
+# names the root page in 379 of them, and Chromium would print those as file: links to the
+# builder's disk), every other relative link unlinked, display equations wider than the text
+# scaled to fit it. Returns the number of formulas and, for the outline, each document's title.
+_READY = r"""async (docs) => {
   for (let i = 0; i < 600 && !(window.MathJax && MathJax.startup && MathJax.startup.promise); i++)
     await new Promise(r => setTimeout(r, 50));
   if (window.MathJax && MathJax.startup) await MathJax.startup.promise;
@@ -200,41 +286,159 @@ _READY = """async () => {
     if (figs.every(f => f.dataset.ready === '1')) break;
     await new Promise(r => setTimeout(r, 50));
   }
-  return document.querySelectorAll('mjx-container').length;
+  document.querySelectorAll('details').forEach(d => { d.open = true; });
+  document.querySelectorAll('.toggle-hidden').forEach(e => e.classList.remove('toggle-hidden'));
+  document.querySelectorAll('.dropdown.admonition').forEach(e => e.classList.remove('toggle-hidden'));
+  const here = location.href.split('#')[0];
+  for (const a of document.querySelectorAll('a[href]')) {
+    const url = new URL(a.getAttribute('href'), location.href);
+    if (url.protocol !== 'file:') continue;
+    const id = decodeURIComponent(url.hash.slice(1));
+    if (id && document.getElementById(id)) a.setAttribute('href', '#' + id);
+    else if (!id && url.href.split('#')[0] === here) a.setAttribute('href', '#');
+    else a.removeAttribute('href');
+  }
+  for (const m of document.querySelectorAll('mjx-container[display="true"]')) {
+    const box = m.parentElement.getBoundingClientRect().width, wide = m.scrollWidth;
+    if (wide > box + 1) m.style.zoom = Math.max(0.5, (box - 4) / wide).toFixed(3);
+  }
+  // the outline: each document's title and sections, each heading a link to itself so that
+  // Chromium writes a named destination for it (tools/book.py turns them into bookmarks)
+  const outline = [], docTitles = new Set();
+  const text = h => [...h.childNodes].filter(n => !(n.classList && n.classList.contains('headerlink')))
+    .map(n => n.textContent).join('').replace(/\s+/g, ' ').trim();
+  const anchor = h => {
+    const section = h.closest('section');
+    const id = (section && section.id) || h.id;
+    if (!id) return null;
+    if (!h.querySelector('a.d2lattn-print-anchor')) {
+      const a = document.createElement('a');
+      a.className = 'd2lattn-print-anchor';
+      a.href = '#' + id;
+      while (h.firstChild && !(h.firstChild.classList && h.firstChild.classList.contains('headerlink')))
+        a.appendChild(h.firstChild);
+      h.insertBefore(a, h.firstChild);
+    }
+    return id;
+  };
+  for (const name of docs) {
+    const mark = document.getElementById('document-' + name);
+    let node = mark, heading = mark ? null : document.querySelector('.bd-article section h1');
+    while (node && !heading) {
+      heading = node.matches && node.matches('h1, h2') ? node
+        : (node.querySelector ? node.querySelector('h1, h2') : null);
+      node = node.nextElementSibling;
+    }
+    if (heading) { docTitles.add(text(heading)); outline.push({doc: name, heading}); }
+  }
+  const result = outline.map(({doc, heading}) => {
+    const section = heading.closest('section');
+    const level = Number(heading.tagName[1]) + 1;
+    const subs = section ? [...section.querySelectorAll(':scope > section > h' + level)] : [];
+    return {doc, title: text(heading), id: anchor(heading),
+            sections: subs.filter(h => !docTitles.has(text(h)))
+                          .map(h => ({title: text(h), id: anchor(h)})).filter(x => x.id)};
+  });
+  return {formulas: document.querySelectorAll('mjx-container').length, outline: result};
 }"""
 
 
-def _print_with_playwright(browser: str, page_path: Path, target: Path) -> bool:
+def toc_parts(toc_path: Path | None = None) -> List[Tuple[str, List[str]]]:
+    """The table of contents as (part caption, [document names]) in reading order; the root
+    document comes first, in a part of its own with an empty caption."""
+    toc = yaml.safe_load((toc_path or ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    parts: List[Tuple[str, List[str]]] = [("", [toc["root"]])]
+
+    def walk(entries, into):
+        for entry in entries or []:
+            if "file" in entry:
+                into.append(entry["file"])
+            walk(entry.get("chapters"), into)
+            walk(entry.get("sections"), into)
+
+    for part in toc.get("parts", []):
+        docs: List[str] = []
+        walk(part.get("chapters"), docs)
+        parts.append((part.get("caption", ""), docs))
+    return parts
+
+
+def _print_with_playwright(browser: str, page_path: Path, target: Path,
+                           docs: List[str]) -> List[dict] | None:
     """Print with the playwright package driving the system's Chromium (no browser download),
-    after MathJax and the figures' script are done. False when playwright is missing."""
+    after MathJax and the figures' script are done. Returns each document's title and
+    sections with their anchors (see ``_READY``); None when playwright is missing."""
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        return False
+        return None
     with sync_playwright() as pw:
         chrome = pw.chromium.launch(executable_path=browser, headless=True,
                                     args=CHROMIUM_FLAGS[1:7])
         try:
             page = chrome.new_page()
             page.goto(page_path.resolve().as_uri(), wait_until="load", timeout=300_000)
-            typeset = page.evaluate(_READY)
-            print(f"  {typeset} formulas typeset", flush=True)
             page.emulate_media(media="print")
+            ready = page.evaluate(_READY, docs)
+            print(f"  {ready['formulas']} formulas typeset", flush=True)
             page.pdf(path=str(target), format="A4", print_background=True,
                      margin={"top": "15mm", "bottom": "15mm", "left": "12mm", "right": "12mm"})
         finally:
             chrome.close()
-    return True
+    return ready["outline"]
+
+
+def outline_by_part(path: Path, parts: List[Tuple[str, List[str]]], outline: List[dict]) -> int:
+    """Give the PDF bookmarks: the book's parts, each holding its chapters, each chapter its
+    sections, at the pages where their headings landed (the named destinations Chromium writes
+    for link targets; the print script links every heading to itself). Chromium's own outline
+    needs a tagged PDF and takes its titles from the text as laid out (line breaks lost, a
+    heading split over two pages named twice), and knows nothing of parts, which are no
+    heading. Returns the number of documents placed; needs pypdf (a no-op without it)."""
+    try:
+        from pypdf import PdfReader, PdfWriter
+    except ImportError:
+        return 0
+    reader = PdfReader(str(path))
+    pages = {name.lstrip("/"): reader.get_destination_page_number(dest)
+             for name, dest in reader.named_destinations.items()}
+    by_doc = {entry["doc"]: entry for entry in outline if entry.get("id") in pages}
+    writer = PdfWriter(clone_from=reader)
+    if "/Outlines" in writer._root_object:
+        del writer._root_object["/Outlines"]
+    placed = 0
+    for caption, docs in parts:
+        entries = [by_doc[d] for d in docs if d in by_doc]
+        if not entries:
+            continue
+        parent = (writer.add_outline_item(title=caption, page_number=pages[entries[0]["id"]])
+                  if caption else None)
+        for entry in entries:
+            item = writer.add_outline_item(title=entry["title"], page_number=pages[entry["id"]],
+                                           parent=parent)
+            for sub in entry["sections"]:
+                if sub["id"] in pages:
+                    writer.add_outline_item(title=sub["title"], page_number=pages[sub["id"]],
+                                            parent=item)
+            placed += 1
+    writer.page_mode = "/UseOutlines"
+    with path.open("wb") as f:
+        writer.write(f)
+    return placed
 
 
 def pdf(languages: Iterable[str] = ("en", "zh"), strict: bool = False) -> List[Path]:
     """Print the whole book to ``PDF_NAME`` at the root of each language's site, offline.
 
-    The book is built as one HTML page (singlehtml) and printed by the system's headless
-    Chromium, driven by playwright when it is installed (the requirements install it for the
-    browser test) so that printing waits for MathJax and the interactive figures."""
-    written = []
+    The book is built as one HTML page (singlehtml, from the site build's parsed pages) and
+    printed by the system's headless Chromium, driven by playwright when it is installed (the
+    requirements install it for the browser test) so that printing waits for MathJax and the
+    interactive figures. Chromium lays out and writes a PDF on one core (about a minute for the
+    book); the two languages print at the same time, one browser each."""
+    import concurrent.futures
+
     browser = chromium()
+    jobs = []
     for language in languages:
         page = _single_page(language, strict)
         site = BUILD / "html" / (ZH_SUBDIR if language != "en" else "")
@@ -242,7 +446,20 @@ def pdf(languages: Iterable[str] = ("en", "zh"), strict: bool = False) -> List[P
         target = site / PDF_NAME
         if target.exists():
             target.unlink()
-        if not _print_with_playwright(browser, page, target):
+        parts = toc_parts()
+        if language != "en":
+            parts = [(ZH_CAPTIONS.get(c, c), docs) for c, docs in parts]
+        jobs.append((page, target, parts))
+
+    def print_one(job):
+        page, target, parts = job
+        return _print_with_playwright(browser, page, target, [d for _, ds in parts for d in ds])
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(jobs))) as pool:
+        outlines = list(pool.map(print_one, jobs))
+    written = []
+    for (page, target, parts), outline in zip(jobs, outlines):
+        if outline is None:
             # no playwright: Chromium's own printing, with virtual time for MathJax to finish
             with tempfile.TemporaryDirectory() as profile:
                 command = [browser, *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
@@ -252,6 +469,9 @@ def pdf(languages: Iterable[str] = ("en", "zh"), strict: bool = False) -> List[P
                                stderr=subprocess.DEVNULL, timeout=900)
         if not target.is_file() or target.read_bytes()[:5] != b"%PDF-":
             raise SystemExit(f"Chromium wrote no PDF at {target}")
+        if outline is not None:
+            placed = outline_by_part(target, parts, outline)
+            print(f"  outline: {placed} of {len(outline)} documents under their parts", flush=True)
         print(f"PDF: {target.relative_to(ROOT)} ({pdf_pages(target)} pages, "
               f"{target.stat().st_size / 2**20:.1f} MiB)", flush=True)
         written.append(target)

@@ -28,7 +28,7 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Set, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 ROOT = Path(__file__).resolve().parents[2]
 VIZ_CATALOGUE = "interactive"  # locale/<lang>/LC_MESSAGES/interactive.po
@@ -89,27 +89,14 @@ def _unique(items: Iterable[str]) -> List[str]:
 
 
 def translate_viz_spec(spec: Mapping[str, Any], table: Table) -> dict:
-    """A copy of a figure's data with every string the table translates replaced."""
-    t: Callable[[Any], Any] = lambda s: table.get(s, s) if isinstance(s, str) else s
-    out = copy.deepcopy(dict(spec))
-    out["title"], out["caption"] = t(out["title"]), t(out.get("caption", ""))
-    for control in out["controls"]:
-        control["label"] = t(control["label"])
-        control["values"] = [t(v) for v in control["values"]]
-    keyed = []
-    for panel in out["panels"]:
-        panel["title"] = t(panel.get("title", ""))
-        for field in ("rows", "cols", "labels"):
-            if field in panel:
-                panel[field] = [t(v) for v in panel[field]]
-        for series in panel.get("static", []):
-            series["label"] = t(series["label"])
-        if panel["type"] in ("readout", "lines"):
-            keyed.append(panel["name"])
-    for frame in out["frames"].values():
-        for name in keyed:
-            frame[name] = {t(k): v for k, v in frame[name].items()}
-    return out
+    """A copy of a figure's data with every string the table translates replaced (the library's
+    ``d2lattn.interactive.translate_data``, which a re-run Chinese notebook uses too)."""
+    try:
+        from d2lattn.interactive import translate_data
+    except ImportError:  # building from a checkout without the package installed
+        sys.path.insert(0, str(ROOT))
+        from d2lattn.interactive import translate_data
+    return translate_data(spec, table)
 
 
 def _figure_html(spec: Mapping[str, Any]) -> str:

@@ -24,7 +24,45 @@
   function svg(tag, attrs, parent) { return el(tag, attrs, parent, true); }
   function fmt(v, digits) { return Number(v).toFixed(digits); }
 
-  function drawBars(box, panel, values, digits) {
+  // The words the script writes itself, in the page's language (a figure's own strings come
+  // translated in its data: book/_ext/d2lattn_translate.py).
+  var WORDS = {
+    en: { colon: ": ", comma: ", ", tableNote: " (its numbers are in the table that follows the figure)",
+          points: function (n, lo, hi) { return n + " points, from " + lo + " to " + hi; } },
+    zh: { colon: "：", comma: "，", tableNote: "（数值见图后的表格）",
+          points: function (n, lo, hi) { return n + " 个点，从 " + lo + " 到 " + hi; } }
+  };
+  function words(spec) {
+    var code = String(spec.lang || document.documentElement.lang || "en").slice(0, 2).toLowerCase();
+    return WORDS[code] || WORDS.en;
+  }
+
+  // Counts are integers in every setting (characters kept, requests running): shown as such,
+  // not with the figure's decimals. For a readout, per name; for bars and grids, per panel.
+  function integerParts(spec) {
+    var out = {};
+    var keys = Object.keys(spec.frames);
+    var isInt = function (v) { return typeof v === "number" && Math.floor(v) === v; };
+    spec.panels.forEach(function (panel) {
+      if (panel.type === "readout") {
+        var names = {};
+        Object.keys(spec.frames[keys[0]][panel.name]).forEach(function (name) {
+          names[name] = keys.every(function (k) { return isInt(spec.frames[k][panel.name][name]); });
+        });
+        out[panel.name] = names;
+      } else if (panel.type === "bars" || panel.type === "grid") {
+        out[panel.name] = keys.every(function (k) {
+          return [].concat.apply([], [spec.frames[k][panel.name]]).every(function (row) {
+            return Array.isArray(row) ? row.every(isInt) : isInt(row);
+          });
+        });
+      }
+    });
+    return out;
+  }
+  function fmtAs(v, digits, integer) { return integer ? String(Math.round(v)) : fmt(v, digits); }
+
+  function drawBars(box, panel, values, digits, integer) {
     var n = values.length, W = Math.max(260, Math.min(640, 34 * n + 50)), H = 170;
     var left = 40, top = 18, bottom = 34, w = (W - left - 10) / n, h = H - top - bottom;
     var lo = panel.ymin !== undefined ? panel.ymin : Math.min(0, Math.min.apply(null, values));
@@ -41,7 +79,7 @@
                     "data-value": v }, s);
       if (n <= 24) {
         svg("text", { x: x + w / 2, y: y0 - 3, "text-anchor": "middle", "font-size": 9,
-                      "class": "d2lattn-viz-num", "data-value": v, text: fmt(v, digits) }, s);
+                      "class": "d2lattn-viz-num", "data-value": v, text: fmtAs(v, digits, integer) }, s);
       }
       if (n <= 24 || i % Math.ceil(n / 12) === 0) {
         svg("text", { x: x + w / 2, y: H - bottom + 14, "text-anchor": "middle", "font-size": 10,
@@ -122,12 +160,13 @@
     Object.keys(series).forEach(function (k, i) { line(k, series[k], COLORS[i % COLORS.length], false, true); });
   }
 
-  function drawReadout(box, values, digits) {
+  function drawReadout(box, values, digits, integers) {
     var t = el("table", { "class": "d2lattn-viz-readout" }, box);
     Object.keys(values).forEach(function (k) {
       var tr = el("tr", {}, t);
       el("td", { text: k }, tr);
-      el("td", { "class": "d2lattn-viz-num", "data-value": values[k], text: fmt(values[k], digits) }, tr);
+      el("td", { "class": "d2lattn-viz-num", "data-value": values[k],
+                 text: fmtAs(values[k], digits, integers && integers[k]) }, tr);
     });
   }
 
@@ -157,7 +196,7 @@
 
   function settingText(spec, choice) {
     return spec.controls.map(function (c, k) { return c.label + " = " + c.values[choice[k]]; })
-      .join(", ");
+      .join(words(spec).comma);
   }
 
   // A slider announces the value it stands for ("β = 1.0"), not its position ("2").
@@ -174,14 +213,16 @@
       var title = box.querySelector(".d2lattn-viz-panel-title");
       var chart = box.querySelector("svg");
       if (!chart) return;
-      chart.setAttribute("aria-label", spec.title + ": " + (title ? title.textContent + ", " : "")
-                         + setting + " (its numbers are in the table that follows the figure)");
+      var w = words(spec);
+      chart.setAttribute("aria-label", spec.title + w.colon + (title ? title.textContent + w.comma : "")
+                         + setting + w.tableNote);
     });
   }
 
   // The numbers of the setting drawn, as tables, in the visually hidden fallback.
-  function describe(root, spec, choice, frame, box) {
-    var f = function (v) { return fmt(v, spec.digits); };
+  function describe(root, spec, choice, frame, box, integers) {
+    var w = words(spec);
+    var f = function (v, integer) { return fmtAs(v, spec.digits, integer); };
     box.textContent = "";
     el("p", { text: spec.title + " (" + settingText(spec, choice) + ")" }, box);
     spec.panels.forEach(function (panel) {
@@ -192,7 +233,7 @@
         v.forEach(function (x, i) {
           var tr = el("tr", {}, t);
           el("th", { scope: "row", text: String(panel.labels[i]) }, tr);
-          el("td", { text: f(x) }, tr);
+          el("td", { text: f(x, integers[panel.name]) }, tr);
         });
       } else if (panel.type === "grid") {
         var head = el("tr", {}, t);
@@ -203,20 +244,22 @@
         v.forEach(function (row, i) {
           var tr = el("tr", {}, t);
           el("th", { scope: "row", text: String(panel.rows[i]) }, tr);
-          row.forEach(function (x) { el("td", { text: panel.boolean ? (x ? "1" : "0") : f(x) }, tr); });
+          row.forEach(function (x) {
+            el("td", { text: panel.boolean ? (x ? "1" : "0") : f(x, integers[panel.name]) }, tr);
+          });
         });
       } else if (panel.type === "lines") {
         Object.keys(v).forEach(function (name) {
           var ys = v[name], tr = el("tr", {}, t);
           el("th", { scope: "row", text: name }, tr);
-          el("td", { text: ys.length + " points, from " + f(Math.min.apply(null, ys)) + " to "
-                           + f(Math.max.apply(null, ys)) }, tr);
+          el("td", { text: w.points(ys.length, f(Math.min.apply(null, ys)),
+                                    f(Math.max.apply(null, ys))) }, tr);
         });
       } else {
         Object.keys(v).forEach(function (name) {
           var tr = el("tr", {}, t);
           el("th", { scope: "row", text: name }, tr);
-          el("td", { text: f(v[name]) }, tr);
+          el("td", { text: f(v[name], (integers[panel.name] || {})[name]) }, tr);
         });
       }
     });
@@ -266,6 +309,7 @@
     var fallback = root.querySelector(".d2lattn-viz-fallback");
     if (fallback) hideVisually(fallback);
     var choice = spec.controls.map(function (c) { return c.initial || 0; });
+    var integers = integerParts(spec);
     el("div", { "class": "d2lattn-viz-title", text: spec.title }, root);
     var controls = el("div", { "class": "d2lattn-viz-controls" }, root);
     var panels = el("div", { "class": "d2lattn-viz-panels" }, root);
@@ -273,24 +317,24 @@
 
     function redraw() {
       var frame = spec.frames[choice.join(",")];
-      if (fallback) describe(root, spec, choice, frame, fallback);
+      if (fallback) describe(root, spec, choice, frame, fallback, integers);
       root.setAttribute("data-frame", choice.join(","));
       panels.textContent = "";
       spec.panels.forEach(function (panel) {
         var box = el("div", { "class": "d2lattn-viz-panel", "data-panel": panel.name }, panels);
         if (panel.title) el("div", { "class": "d2lattn-viz-panel-title", text: panel.title }, box);
         var v = frame[panel.name];
-        if (panel.type === "bars") drawBars(box, panel, v, spec.digits);
+        if (panel.type === "bars") drawBars(box, panel, v, spec.digits, integers[panel.name]);
         else if (panel.type === "grid") drawGrid(box, panel, v, spec.digits);
         else if (panel.type === "lines") drawLines(box, panel, v);
-        else drawReadout(box, v, spec.digits);
+        else drawReadout(box, v, spec.digits, integers[panel.name]);
       });
       labelCharts(root, spec, choice);
     }
 
     spec.controls.forEach(function (c, k) {
       var wrap = el("label", { "class": "d2lattn-viz-control", "data-control": c.name }, controls);
-      el("span", { text: c.label + ": " }, wrap);
+      el("span", { text: c.label + words(spec).colon }, wrap);
       if (c.type === "tokens") {
         tokenRadioGroup(wrap, c, choice[k], function (i) { choice[k] = i; redraw(); });
       } else if (c.type === "select") {
