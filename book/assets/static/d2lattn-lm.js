@@ -24,6 +24,10 @@
  *   d2lattnLM.load(corpus) -> Promise<{config, vocab}>   load (once) and describe a model.
  *   d2lattnLM.attention(corpus, text) -> Promise<Array>  [layer][head] -> Float32Array(T), the
  *       attention weights of the last position over the text.
+ *   d2lattnLM.nextTokenProbs(logits, temperature, topK, topP) -> Float64Array   the sampling
+ *       distribution of d2lattn.gpt.next_token_probs: logits / temperature, then top-k (null:
+ *       off; ties at the k-th value go to the lower index), then top-p (null: off), softmax.
+ *       The widget samples from it; its bars show its largest entries.
  */
 (function () {
   "use strict";
@@ -464,14 +468,16 @@
       if (!last) return;
       var s = settings(model), probs = nextTokenProbs(last.logits, s.temperature, s.topK, s.topP);
       var order = Array.from({ length: probs.length }, function (_, j) { return j; })
-        .sort(function (a, b) { return probs[b] - probs[a] || a - b; }).slice(0, 8);
+        .sort(function (a, b) { return probs[b] - probs[a] || a - b; }).slice(0, 8)
+        .filter(function (j) { return probs[j] > 0; });  // the candidates: what a filter removed is gone
       probTable.textContent = "";
+      var top = order.length ? probs[order[0]] : 1;  // the longest bar spans the column
       order.forEach(function (j) {
         var tr = el("tr", { "class": "d2lattn-lm-prob", "data-index": String(j),
                             "data-value": String(probs[j]) }, probTable);
         el("th", { scope: "row", text: show(model.vocab[j]) }, tr);
         var bar = el("td", { "class": "d2lattn-lm-bar-cell" }, tr);
-        el("span", { "class": "d2lattn-lm-bar", style: "width:" + (100 * probs[j]).toFixed(1) + "%" }, bar);
+        el("span", { "class": "d2lattn-lm-bar", style: "width:" + (100 * probs[j] / top).toFixed(1) + "%" }, bar);
         el("td", { "class": "d2lattn-lm-pct", text: (100 * probs[j]).toFixed(1) + "%" }, tr);
       });
       fillHeads(model);
@@ -484,11 +490,11 @@
         span.style.backgroundColor = "rgba(31, 119, 180, " + (0.9 * w[i] / mx).toFixed(3) + ")";
         if (w[i] / mx > 0.55) span.style.color = "#fff";
       }
-      var top = Array.from(w).map(function (v, j) { return [v, j]; })
+      var most = Array.from(w).map(function (v, j) { return [v, j]; })
         .sort(function (a, b) { return b[0] - a[0]; }).slice(0, 3)
         .map(function (e) { return "\u201c" + show(chars[e[1]]) + "\u201d (" + e[1] + ") " +
                                    (100 * e[0]).toFixed(0) + "%"; });
-      attSummary.textContent = t("most", { list: top.join(", ") });
+      attSummary.textContent = t("most", { list: most.join(", ") });
     }
     // Run the model over the text (its last block_size characters), keep the result in `last`.
     function analyse(model, text) {
