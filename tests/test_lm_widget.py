@@ -338,3 +338,23 @@ def test_chapter12_writes_in_the_page(chromium, prefix, lang):
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
+
+
+def test_from_a_file_url_it_says_why_and_logs_no_error(exported, chromium):
+    """Opened from disk, the browser would refuse the weights: the widget says how to serve the
+    site instead, and nothing is fetched or logged as an error."""
+    errors = []
+    page = chromium.context.new_page()
+    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        page.goto((exported.site / "index.html").as_uri(), wait_until="load")
+        page.wait_for_function("document.querySelector('.d2lattn-lm').dataset.ready === '1'")
+        page.locator("button.d2lattn-lm-generate").click()
+        page.wait_for_function(
+            "document.querySelector('.d2lattn-lm-status').textContent.includes('http.server')")
+        assert page.evaluate(REJECTS, ["shakespeare", "a"]).startswith("Error: Opened from a file")
+        assert not page.locator("button.d2lattn-lm-generate").is_disabled()
+        assert errors == []
+    finally:
+        page.close()

@@ -54,6 +54,9 @@
       unknown: "Not in the model's vocabulary: {c}", empty: "Type a prompt first.",
       cropped: "Only the last {n} characters are read (the model's context).",
       most: "Most attended: {list}.", press: "Press Generate to load the model.",
+      file: "Opened from a file (file://), the page cannot read the model's weights. Open the " +
+            "site through a local server: python -m http.server -d _build/html, then " +
+            "http://localhost:8000/.",
       api: "From the browser's console: await d2lattnLM.nextLogits(\"shakespeare\", \"ROMEO:\") " +
            "gives the next-character logits (see the chapter)."
     },
@@ -73,6 +76,8 @@
       unknown: "不在模型的词表中：{c}", empty: "请先输入提示。",
       cropped: "只读入最后 {n} 个字符（模型的上下文）。",
       most: "注意力最大的位置：{list}。", press: "按“生成”加载模型。",
+      file: "从本地文件（file://）打开时，页面无法读取模型的权重。请用本地服务器打开网站：" +
+            "python -m http.server -d _build/html，然后访问 http://localhost:8000/。",
       api: "在浏览器的控制台中：await d2lattnLM.nextLogits(\"shakespeare\", \"ROMEO:\") " +
            "给出下一个字符的 logits（见本章）。"
     }
@@ -269,6 +274,9 @@
     if (CORPORA.indexOf(corpus) < 0) {
       return Promise.reject(new RangeError("corpus must be \"shakespeare\" or \"tang\", got " +
                                            JSON.stringify(corpus)));
+    }
+    if (window.location.protocol === "file:") {  // the browser refuses to fetch files
+      return Promise.reject(new Error(t("file")));
     }
     if (!models[corpus]) {
       models[corpus] = fetch(BASE + corpus + ".json", { cache: "no-cache" })
