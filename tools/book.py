@@ -838,12 +838,16 @@ CJK = re.compile(r"[\u2e80-\u9fff\uf900-\ufaff\ufe30-\ufe4f\uff00-\uffef]")
 
 
 def site_cjk_characters(site: Path = BUILD / "html") -> set:
-    """Every CJK character (ideographs, CJK and full-width punctuation) in the built pages."""
+    """Every CJK character (ideographs, CJK and full-width punctuation) in the built pages, their
+    search index and the strings of chapter 12's GPT widget."""
     chars: set = set()
     for page in site.rglob("*.html"):
         chars.update(CJK.findall(page.read_text(encoding="utf-8")))
     for index in site.rglob("searchindex.js"):
         chars.update(CJK.findall(index.read_text(encoding="utf-8")))
+    # the strings chapter 12's GPT widget writes into the Chinese page (book/_ext/d2lattn_lm.py)
+    for script in site.rglob("d2lattn-lm.js"):
+        chars.update(CJK.findall(script.read_text(encoding="utf-8")))
     return chars
 
 

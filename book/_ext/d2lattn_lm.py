@@ -1,0 +1,214 @@
+"""Sphinx extension: chapter 12's GPT, run by the reader's browser (``{d2lattn-lm}``).
+
+The directive ``{d2lattn-lm}`` writes an empty ``<div class="d2lattn-lm">``; the script
+``d2lattn-lm.js`` (``book/assets/static``, added only to pages with such a div, with its
+stylesheet ``d2lattn-lm.css``) builds the widget in it: a prompt box, Generate, temperature,
+top-k and top-p, the next-character probabilities and one head's attention over the text. The
+forward pass is the script's own (no library, no server, no network), and the page exposes it as
+``window.d2lattnLM.nextLogits(corpus, text)``.
+
+The weights are exported here, **at build time, from whatever checkpoint the book ships**
+(``book/data/ch12_gpt_<corpus>.pt``, float16), never committed as a copy: when a page uses the
+directive, the build writes into ``_static/d2lattn-lm/``
+
+- ``<corpus>.json``: the model's configuration, the numbers of the forward pass that are not in
+  the configuration (LayerNorm epsilon, rotary base, activation), the tokenizer's vocabulary
+  (``CharTokenizer(load_split(corpus).text).itos``, as chapter 12 builds it), and the name,
+  shape and offset of every tensor in
+- ``<corpus>.<sha256[:12]>.bin``: the checkpoint's float16 tensors, little-endian, one after the
+  other (the tied read-out is the embedding, stored once). The content hash in the name means a
+  browser never mixes a new manifest with old weights.
+
+The script fetches these only when the reader asks (a button, or a call of the API), never when
+the page loads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Dict, Iterable, List
+
+from docutils import nodes
+from docutils.parsers.rst import Directive, directives
+
+SCRIPT = "d2lattn-lm.js"
+STYLE = "d2lattn-lm.css"
+#: Where the exported files go, under the site's ``_static``.
+EXPORT_DIR = "d2lattn-lm"
+CORPORA = ("shakespeare", "tang")
+DATA_DIR = Path(__file__).resolve().parents[1] / "data"
+FORMAT = 1
+_NOSCRIPT = {
+    "en": "This part of the page runs chapter 12's GPT in your browser; it needs JavaScript.",
+    "zh": "页面的这一部分在浏览器中运行第 12 章的 GPT，需要 JavaScript。",
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# the export
+
+
+def export_model(corpus: str, out_dir: Path, data_dir: Path = DATA_DIR) -> Dict[str, object]:
+    """Write ``<corpus>.json`` and ``<corpus>.<hash>.bin`` for ``data_dir/ch12_gpt_<corpus>.pt``.
+
+    The checkpoint is loaded into :class:`d2lattn.gpt.GPT` first, so a state dict that does not
+    fit its configuration fails here, at build time, and the LayerNorm epsilons are read from the
+    model that was built. Only what the script implements is accepted: softmax attention, causal,
+    rotary or learned positions, GELU (exact, erf-based) feed-forward networks.
+
+    Returns:
+        the manifest written (a dict), with ``"bin_bytes"`` and ``"json_bytes"`` added.
+
+    Raises:
+        ValueError: an unknown corpus, a checkpoint the script cannot run, or a vocabulary whose
+            size differs from the checkpoint's ``vocab_size``.
+    """
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    from d2lattn.gpt import GPT, GPTConfig
+    from d2lattn.text import CharTokenizer, load_split
+
+    if corpus not in CORPORA:
+        raise ValueError(f"corpus must be one of {CORPORA}, got {corpus!r}")
+    ckpt = torch.load(Path(data_dir) / f"ch12_gpt_{corpus}.pt", map_location="cpu",
+                      weights_only=True)
+    config = GPTConfig(**ckpt["config"])
+    if config.attention != "softmax" or not config.causal:
+        raise ValueError(f"{corpus}: the script runs causal softmax attention only, got "
+                         f"attention={config.attention!r}, causal={config.causal}")
+    state = ckpt["state_dict"]
+    model = GPT(config)
+    model.load_state_dict({k: v.float() for k, v in state.items()})  # checks names and shapes
+    block = model.blocks[0]
+    if block.ffn.activation is not F.gelu or not block.norm_first:
+        raise ValueError(f"{corpus}: the script runs pre-norm blocks with GELU only")
+    itos = CharTokenizer(load_split(corpus).text).itos
+    if len(itos) != config.vocab_size:
+        raise ValueError(f"{corpus}: the tokenizer has {len(itos)} characters, the checkpoint "
+                         f"vocab_size = {config.vocab_size}")
+    tensors: List[Dict[str, object]] = []
+    chunks: List[bytes] = []
+    offset = 0  # in float16 elements
+    for name, value in state.items():
+        if name == "head.weight" and config.tie_weights:
+            continue  # the embedding, read again
+        data = value.detach().to(torch.float16).contiguous().numpy().astype("<f2")
+        tensors.append({"name": name, "shape": list(value.shape), "offset": offset})
+        chunks.append(data.tobytes())
+        offset += data.size
+    blob = b"".join(chunks)
+    digest = hashlib.sha256(blob).hexdigest()[:12]
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for old in out_dir.glob(f"{corpus}.*.bin"):
+        old.unlink()
+    bin_name = f"{corpus}.{digest}.bin"
+    (out_dir / bin_name).write_bytes(blob)
+    c = config
+    manifest: Dict[str, object] = {
+        "format": FORMAT,
+        "corpus": corpus,
+        "config": {"vocab_size": c.vocab_size, "block_size": c.block_size,
+                   "num_hiddens": c.num_hiddens, "num_heads": c.num_heads,
+                   "num_layers": c.num_layers, "ffn_num_hiddens": c.ffn_num_hiddens,
+                   "positions": c.positions, "tie_weights": c.tie_weights},
+        "layer_norm_eps": [block.norm1.eps, block.norm2.eps, model.norm.eps],
+        "rotary_base": 10000.0,  # d2lattn.positional.rotary_embedding's default, as used
+        "activation": "gelu_erf",
+        "weights": bin_name,
+        "weights_bytes": len(blob),
+        "sha256": hashlib.sha256(blob).hexdigest(),
+        "tensors": tensors,
+        "vocab": itos,
+    }
+    text = json.dumps(manifest, ensure_ascii=False, separators=(",", ":"))
+    (out_dir / f"{corpus}.json").write_text(text, encoding="utf-8")
+    assert np.frombuffer(blob, dtype="<f2").size == offset
+    return {**manifest, "bin_bytes": len(blob), "json_bytes": len(text.encode("utf-8"))}
+
+
+def export_all(out_dir: Path, corpora: Iterable[str] = CORPORA,
+               data_dir: Path = DATA_DIR) -> Dict[str, Dict[str, object]]:
+    """:func:`export_model` for each corpus."""
+    return {corpus: export_model(corpus, out_dir, data_dir) for corpus in corpora}
+
+
+# ---------------------------------------------------------------------------------------------
+# the directive and the build
+
+
+class LMNode(nodes.General, nodes.Element):
+    """The widget's container (HTML only; other builders write nothing)."""
+
+
+def _visit_html(self, node: LMNode) -> None:
+    lang = "zh" if (self.builder.config.language or "en").lower().startswith("zh") else "en"
+    corpus = node["corpus"]
+    self.body.append(
+        f'<div class="d2lattn-lm" data-corpus="{corpus}">'
+        f'<noscript><p>{_NOSCRIPT[lang]}</p></noscript></div>\n')
+    raise nodes.SkipNode
+
+
+def _skip(self, node: LMNode) -> None:
+    raise nodes.SkipNode
+
+
+class LMDirective(Directive):
+    """``{d2lattn-lm}`` with an optional ``:corpus:`` (the model shown first)."""
+
+    has_content = False
+    option_spec = {"corpus": lambda arg: directives.choice(arg, CORPORA)}
+
+    def run(self) -> List[nodes.Node]:
+        env = self.state.document.settings.env
+        if not hasattr(env, "d2lattn_lm_docs"):
+            env.d2lattn_lm_docs = set()
+        env.d2lattn_lm_docs.add(env.docname)
+        node = LMNode()
+        node["corpus"] = self.options.get("corpus", CORPORA[0])
+        return [node]
+
+
+def _purge(app, env, docname) -> None:
+    getattr(env, "d2lattn_lm_docs", set()).discard(docname)
+
+
+def _merge(app, env, docnames, other) -> None:
+    if not hasattr(env, "d2lattn_lm_docs"):
+        env.d2lattn_lm_docs = set()
+    env.d2lattn_lm_docs |= getattr(other, "d2lattn_lm_docs", set()) & set(docnames)
+
+
+def _add_assets(app, pagename, templatename, context, doctree) -> None:
+    if doctree is not None and 'class="d2lattn-lm"' in context.get("body", ""):
+        app.add_js_file(SCRIPT, loading_method="defer")
+        app.add_css_file(STYLE)
+
+
+def _export(app, exception) -> None:
+    """After an HTML build whose pages use the directive: export the weights next to the
+    script (every build, so that a retrained checkpoint is what the site serves)."""
+    if exception is not None or app.builder.format != "html":
+        return
+    if not getattr(app.env, "d2lattn_lm_docs", None):
+        return
+    out = Path(app.outdir) / "_static" / EXPORT_DIR
+    for corpus, info in export_all(out).items():
+        print(f"d2lattn_lm: {corpus}: {info['bin_bytes'] / 1e6:.2f} MB of float16 weights, "
+              f"{info['json_bytes'] / 1e3:.0f} kB manifest")
+
+
+def setup(app):
+    app.add_node(LMNode, html=(_visit_html, None), latex=(_skip, None), text=(_skip, None),
+                 man=(_skip, None), texinfo=(_skip, None))
+    app.add_directive("d2lattn-lm", LMDirective)
+    app.connect("env-purge-doc", _purge)
+    app.connect("env-merge-info", _merge)
+    app.connect("html-page-context", _add_assets)
+    app.connect("build-finished", _export)
+    return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}
