@@ -120,6 +120,9 @@ def main() -> None:
         print(seed, row["held_out_bits"], row["six_back"]["best_over_uniform"],
               {k: round(sum(r["valid"] for r in v) / len(v), 2)
                for k, v in row["decoding"].items()}, flush=True)
+    if args.out.exists():  # keep the rows of seeds not measured this time
+        done = {r["seed"] for r in rows}
+        rows += [r for r in json.loads(args.out.read_text())["rows"] if r["seed"] not in done]
     rows.sort(key=lambda r: r["seed"])
     args.out.write_text(json.dumps({"rows": rows}) + "\n")
 
