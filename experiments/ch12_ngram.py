@@ -1,6 +1,6 @@
 """Chapter 12's n-gram baselines: interpolated Kneser-Ney models of every order, on the GPT's split.
 
-    python experiments/ch12_ngram.py          # both corpora, about 3 CPU-minutes
+    python experiments/ch12_ngram.py          # both corpora, about half a CPU-minute
 
 Fits ``d2lattn.ngram.KneserNeyLM`` on the training text of each corpus (``load_split``; the
 vocabulary is the whole corpus's, as the GPT's) and scores the whole held-out text at every
