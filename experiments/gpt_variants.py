@@ -12,6 +12,8 @@ seeded batches; only the attention layer, and with it the positions, changes:
                      the recurrent cores, which cannot rotate their keys (chapter 14);
 ``linear``           causal linear attention with elu + 1 features (Katharopoulos et al. 2020)
                      in every layer, learned positions;
+``delta``            the delta rule (Schlag et al. 2021) without the gate in every layer,
+                     learned positions: what the gate adds (chapter 14);
 ``gated_delta``      the gated delta rule (Yang et al. 2025) in every layer, learned positions;
 ``hybrid``           the gated delta rule in layers 1-3 and softmax attention in layer 4,
                      learned positions: one softmax layer in four, the ratio of Qwen3-Next;
@@ -54,7 +56,7 @@ OUT = ROOT / "book" / "data" / "gpt_variants.json"
 # chapter 12's Shakespeare recipe (experiments/ch12_gpt.py)
 CONFIG = dict(block_size=128, num_hiddens=128, num_heads=4, num_layers=4, ffn_num_hiddens=512)
 STEPS, BATCH, LR, WARMUP = 600, 16, 2e-3, 50
-VARIANTS = ["softmax", "softmax-learned", "linear", "gated_delta", "hybrid", "mla"]
+VARIANTS = ["softmax", "softmax-learned", "linear", "delta", "gated_delta", "hybrid", "mla"]
 
 
 class SelfAttentionMLA(nn.Module):
@@ -77,7 +79,7 @@ def build(variant: str, vocab_size: int, seed: int) -> GPT:
     """The model of one variant, seeded: the embedding, blocks and read-out are drawn as in
     chapter 12; a replaced attention layer is then re-initialised as GPT initialises."""
     learned = variant not in ("softmax", "mla")
-    core = {"linear": "linear", "gated_delta": "gated_delta"}.get(variant, "softmax")
+    core = variant if variant in ("linear", "delta", "gated_delta") else "softmax"
     config = GPTConfig(vocab_size=vocab_size, positions="learned" if learned else "rotary",
                        attention=core, **CONFIG)
     torch.manual_seed(seed)
@@ -104,6 +106,7 @@ def cache_per_token(variant: str) -> str:
     return {"softmax": f"{kv} per token and layer",
             "softmax-learned": f"{kv} per token and layer",
             "linear": f"fixed {state} per layer",
+            "delta": f"fixed {state} per layer",
             "gated_delta": f"fixed {state} per layer",
             "hybrid": f"{kv} per token in 1 of {L} layers, fixed {state} in the others",
             "mla": f"{4 * d_h + d_h // 2} per token and layer"}[variant]

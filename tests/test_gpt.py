@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import re
+from collections import Counter
 
 import pytest
 import torch
@@ -10,7 +12,8 @@ import torch
 from d2lattn.gpt import (GPT, GPTConfig, fill_in_losses, held_out_losses, lr_schedule,
                          mask_tokens, next_token_probs, top_k_filter, top_p_filter, train_lm)
 from d2lattn.ngram import KneserNeyLM
-from d2lattn.text import CharTokenizer, load_corpus, load_split, random_windows
+from d2lattn.text import (CharTokenizer, distinct_poems, load_corpus, load_split,
+                          random_windows)
 
 
 def small(positions="rotary", **kw):
@@ -263,8 +266,31 @@ def test_splits_are_fixed_and_disjoint():
     assert len(s.text) == 1_115_394 and s.train + s.held_out == s.text
     assert len(s.held_out) == len(s.text) - int(0.9 * len(s.text))
     t = load_split("tang")
-    assert len(t.train_poems) + len(t.held_out_poems) == 18_492
-    assert t.held_out_poems[0] == load_corpus("tang").splitlines()[9]
+    poems = load_corpus("tang").splitlines()
+    assert len(poems) == 18_492 and len(set(poems)) == 18_186  # 306 exact repeats in the file
+    assert len(t.train_poems) + len(t.held_out_poems) == 17_348  # and 838 near-repeats
+    assert t.held_out_poems[0] == poems[9]
+    assert not set(t.held_out_poems) & set(t.train_poems)
+    # no held-out poem shares half its half-lines with a training poem (counted independently)
+    halves = lambda p: set(re.findall(r"[^，。？！；]+", p))
+    seen = {}
+    for i, p in enumerate(t.train_poems):
+        for h in halves(p):
+            seen.setdefault(h, []).append(i)
+    for p in t.held_out_poems:
+        mine = halves(p)
+        shared = Counter(i for h in mine for i in seen.get(h, ()))
+        assert all(2 * n < min(len(mine), len(halves(t.train_poems[i])))
+                   for i, n in shared.items())
+
+
+def test_distinct_poems_drops_repeats_and_near_repeats():
+    a, b = "白日依山盡，黃河入海流。", "欲窮千里目，更上一層樓。"
+    near = "白日依山盡，長河入海流。"  # shares one of its two half-lines with a
+    assert distinct_poems([a, a, near, b]) == [a, b]
+    assert distinct_poems([a, b]) == [a, b]
+    eight = a + b + "床前明月光，疑是地上霜。舉頭望明月，低頭思故鄉。"
+    assert distinct_poems([eight, b]) == [eight]  # all of b's half-lines are in eight
     with pytest.raises(ValueError, match="name"):
         load_corpus("hamlet")
 

@@ -97,6 +97,20 @@ def test_table_of_contents_captions_translated(tmp_path):
     ("Solution to Exercise 1.1", "解答 练习 1.1"),
     ("Print to PDF", "列印成 PDF"),
     ("a “quote", "一个“引号"),
+    # the terms of chapters 12-15 that once differed from the rest of the book (issue 38)
+    ("The KV cache: the same logits", "KV 缓存：相同的 logits"),     # 键值缓存
+    ("no attention sink formed", "没有形成注意力汇"),               # 注意力汇点
+    ("What we learned", "本章小结"),                               # 小结
+    ("What we learned", "我们学到了什么"),
+    ("a decoder-only Transformer", "一个只有解码器的 Transformer"),  # 仅解码器
+    ("This weight tying saves parameters", "这种权重共享省下参数"),  # 权重绑定
+    ("The plain additive state has none", "朴素的加法状态没有"),      # 加性
+    ("score, normalise, pool", "评分 → 规范化 → 汇聚"),              # 归一化
+    ("the cell below retrains", "下面的单元现场重新训练"),             # 单元格
+    ("in the notebook it shows a table", "在笔记本中它显示表格"),      # notebook
+    ("the quadratic form", "二次形式"),                             # reads as 二次型
+    ("62 times fewer multiply-adds", "少 62 倍的乘加"),             # ambiguous
+    ("the issue tracker", "议题追踪器"),
 ])
 def test_style_rules_catch_violations(msgid, msgstr):
     assert book.style_problems(msgid, msgstr), (msgid, msgstr)
@@ -111,6 +125,16 @@ def test_style_rules_catch_violations(msgid, msgstr):
     ("class token", "class token"),                                 # a glossary name line
     ("with this run and five seeds", "使用本次运行和五个种子"),
     ('what should "it" attend to?', "“it”应该关注什么？"),
+    ("The KV cache: the same logits", "键值缓存：相同的 logits"),
+    ("no attention sink formed", "没有形成注意力汇点"),
+    ("attention pooling", "注意力汇聚"),
+    ("it gathers the image's information through attention", "它通过注意力汇集信息"),
+    ("What we learned", "小结"),
+    ("This weight tying saves parameters", "这种权重绑定省下参数"),
+    ("The plain additive state has none", "朴素的加性状态没有"),
+    ("the cell below retrains; unit tests; hidden units", "下面的单元格；单元测试；隐藏单元"),
+    ("a desk with papers, a notebook and a laptop", "纸张、笔记本和笔记本电脑"),
+    ("62 times fewer multiply-adds", "乘加次数只有原来的 1/62"),
 ])
 def test_style_rules_pass_good_translations(msgid, msgstr):
     assert book.style_problems(msgid, msgstr) == []

@@ -736,7 +736,25 @@ BANNED_WORDS = {
     "类标记": "类别词元 (class token)",
     "运行最大值": "当前最大值 (running max)",
     "列印": "打印 (mainland usage)",
+    "KV 缓存": "键值缓存 (KV cache)",
+    "KV缓存": "键值缓存 (KV cache)",
+    "本章小结": "小结 (the summary heading of every chapter)",
+    "我们学到了什么": "小结 (the summary heading of every chapter)",
+    "只有解码器": "仅解码器 (decoder-only)",
+    "二次形式": "二次复杂度形式 (the T x T form; 二次形式 reads as 二次型, a quadratic form)",
+    "议题": "issue（问题报告） (an issue tracker's issue)",
 }
+#: Patterns the edition does not use: (pattern, the word it uses instead, an English pattern
+#: that exempts the message: the same Chinese words in another sense).
+BANNED_PATTERNS = [
+    (re.compile(r"注意力汇(?![点聚集])"), "注意力汇点 (attention sink; 注意力汇聚 is pooling)", None),
+    (re.compile(r"少\s*[0-9.一二三四五六七八九十百千]+\s*倍"),
+     "只有……的 1/N (N times fewer: 少 N 倍 is ambiguous)", None),
+    (re.compile(r"评分\s*→\s*规范化"),
+     "归一化 (softmax normalises the scores; 规范化 is LayerNorm's and BatchNorm's)", None),
+    (re.compile(r"(?<!循环)(?<!隐藏)(?<!工作)单元(?!格|测试)"), "单元格 (a notebook cell)", None),
+    (re.compile(r"笔记本(?!电脑)"), "notebook (a Jupyter notebook)", re.compile(r"\bpapers?\b")),
+]
 #: English concepts whose Chinese term is fixed: if the English names the concept, the
 #: translation uses the term (a glossary line that keeps the English name is exempt).
 CONCEPT_TERMS = [
@@ -744,6 +762,8 @@ CONCEPT_TERMS = [
     (re.compile(r"\brunning max(imum)?\b", re.I), "当前最大值"),
     (re.compile(r"\brunning sums?\b", re.I), "累计和"),
     (re.compile(r"\bbatch(es)?\b(?![_`])", re.I), "批"),
+    (re.compile(r"\bweight tying\b", re.I), "权重绑定"),
+    (re.compile(r"\badditive (rule|state|update)s?\b", re.I), "加性"),
 ]
 #: 证明 is for a proof; a numerical check is 验证.
 _PROOF = re.compile(r"\bprov(e|es|ed|en|ing)\b|\bproofs?\b|\bshows? that\b", re.I)
@@ -771,6 +791,10 @@ def style_problems(msgid: str, msgstr: str) -> List[str]:
     for word, instead in BANNED_WORDS.items():
         if word in prose:
             problems.append(f"{word!r}: use {instead}")
+    for pattern, instead, exempt in BANNED_PATTERNS:
+        found = pattern.search(prose)
+        if found and not (exempt and exempt.search(msgid)):
+            problems.append(f"{found.group(0)!r}: use {instead}")
     if msgstr != msgid:
         english = _CODE_OR_MATH.sub(" ", msgid)
         for concept, term in CONCEPT_TERMS:
