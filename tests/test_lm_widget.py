@@ -318,8 +318,8 @@ def test_chapter12_writes_in_the_page(chromium, prefix, lang):
     page_file = SITE / prefix / CHAPTER
     if not page_file.is_file():
         pytest.skip(f"no built {prefix}{CHAPTER}: python tools/book.py build --no-pdf")
-    if 'class="d2lattn-lm"' not in page_file.read_text(encoding="utf-8"):
-        pytest.skip(f"{prefix}{CHAPTER} has no {{d2lattn-lm}} widget yet")
+    assert 'class="d2lattn-lm"' in page_file.read_text(encoding="utf-8"), \
+        f"{prefix}{CHAPTER} has lost its {{d2lattn-lm}} widget"
     server, thread, base = _serve(SITE)
     recorder = _recorder(chromium.context, base)
     page = chromium.context.new_page()
