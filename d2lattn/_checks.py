@@ -984,3 +984,26 @@ def check_delta_args(queries: Tensor, keys: Tensor, values: Tensor, beta: object
         check_gates("alpha", alpha, keys, low_open=True)
     lead, d_k, d_v = tuple(keys.shape[:-2]), keys.shape[-1], values.shape[-1]
     check_linear_state(initial_state, "initial_state", lead + (d_k, d_v), keys)
+
+
+# --- sets, point clouds and graphs (d2lattn.pointcloud, d2lattn.graphs) ---
+
+def check_adjacency(adjacency: object, N: int, name: str = "adjacency") -> Tensor:
+    """A graph's adjacency: bool ``(N, N)`` or ``(B, N, N)`` (d2lattn.graphs)."""
+    if (not isinstance(adjacency, Tensor) or adjacency.dtype != torch.bool
+            or adjacency.dim() not in (2, 3) or adjacency.shape[-2:] != (N, N)):
+        raise ValueError(f"{name} must be a bool tensor of shape (N, N) or (B, N, N) with "
+                         f"N = {N}, got {getattr(adjacency, 'dtype', type(adjacency).__name__)} "
+                         f"{tuple(getattr(adjacency, 'shape', ()))}")
+    return adjacency
+
+
+def check_set_lens(valid_lens: Tensor, B: int, N: int) -> Tensor:
+    """Sizes of ``B`` padded sets of ``N`` elements: integers ``(B,)`` in ``[1, N]``."""
+    if (not isinstance(valid_lens, Tensor) or valid_lens.shape != (B,)
+            or valid_lens.is_floating_point() or valid_lens.dtype == torch.bool):
+        raise ValueError(f"valid_lens must be an integer tensor of shape ({B},), got "
+                         f"{getattr(valid_lens, 'shape', type(valid_lens).__name__)}")
+    if bool((valid_lens < 1).any()) or bool((valid_lens > N).any()):
+        raise ValueError(f"valid_lens must lie in [1, N={N}]")
+    return valid_lens

@@ -19,21 +19,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._checks import check_dropout, check_positive_ints
+from ._checks import check_adjacency, check_dropout, check_positive_ints
 from .masking import masked_softmax
 from .transformer import TransformerEncoderBlock
 
 __all__ = ["GraphAttention", "GraphNodeClassifier", "add_self_loops", "make_block_graph",
            "normalized_adjacency", "train_node_classifier"]
-
-
-def _check_adjacency(adjacency: object, N: int, name: str = "adjacency") -> Tensor:
-    if (not isinstance(adjacency, Tensor) or adjacency.dtype != torch.bool
-            or adjacency.dim() not in (2, 3) or adjacency.shape[-2:] != (N, N)):
-        raise ValueError(f"{name} must be a bool tensor of shape (N, N) or (B, N, N) with "
-                         f"N = {N}, got {getattr(adjacency, 'dtype', type(adjacency).__name__)} "
-                         f"{tuple(getattr(adjacency, 'shape', ()))}")
-    return adjacency
 
 
 def add_self_loops(adjacency: Tensor) -> Tensor:
@@ -57,7 +48,7 @@ def add_self_loops(adjacency: Tensor) -> Tensor:
     Source: Veličković et al. (2018), section 2.1 (a node's neighbourhood includes itself).
     """
     N = adjacency.shape[-1] if isinstance(adjacency, Tensor) and adjacency.dim() >= 2 else -1
-    _check_adjacency(adjacency, N)
+    check_adjacency(adjacency, N)
     return adjacency | torch.eye(N, dtype=torch.bool, device=adjacency.device)
 
 
@@ -65,8 +56,8 @@ def normalized_adjacency(adjacency: Tensor) -> Tensor:
     r"""The graph convolution's fixed weights, :math:`\hat D^{-1/2} (A + I) \hat D^{-1/2}`.
 
     Node ``i`` averages its neighbours (itself included) with weight
-    :math:`1 / \sqrt{\hat d_i \hat d_j}`, where :math:`\hat d` counts neighbours with the self-loop:
-    fixed by the graph, the same for every feature vector.
+    :math:`1 / \sqrt{\hat d_i \hat d_j}`, where :math:`\hat d` counts neighbours with the
+    self-loop: fixed by the graph, the same for every feature vector.
 
     Args:
         adjacency: ``(N, N)`` or ``(B, N, N)`` bool, symmetric (an undirected graph).
@@ -167,7 +158,7 @@ class GraphAttention(nn.Module):
                              f"(B, N, {self.in_features}), got "
                              f"{getattr(X, 'shape', type(X).__name__)}")
         N = X.shape[-2]
-        adjacency = _check_adjacency(adjacency, N)
+        adjacency = check_adjacency(adjacency, N)
         if self.self_loops:
             adjacency = add_self_loops(adjacency)
         h, Fo = self.num_heads, self.out_features
@@ -301,7 +292,7 @@ class GraphNodeClassifier(nn.Module):
     def forward(self, X: Tensor, adjacency: Tensor) -> Tensor:
         """Logits ``(N, C)``; see the class docstring."""
         N = X.shape[-2] if isinstance(X, Tensor) and X.dim() >= 2 else -1
-        adjacency = _check_adjacency(adjacency, N)
+        adjacency = check_adjacency(adjacency, N)
         H = self.dropout(X)
         if self.kind == "mlp":
             return self.layer2(self.dropout(F.elu(self.layer1(H))))

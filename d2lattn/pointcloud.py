@@ -28,7 +28,7 @@ from typing import NamedTuple, Optional, Sequence
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_positive_ints
+from ._checks import check_positive_ints, check_set_lens
 from .masking import valid_lens_to_mask
 from .transformer import TransformerEncoderBlock
 
@@ -222,7 +222,7 @@ def knn_indices(points: Tensor, k: int, valid_lens: Optional[Tensor] = None) -> 
         raise ValueError(f"k must be an integer in [1, N={N}], got {k!r}")
     dist = torch.cdist(points, points)  # (B, N, N)
     if valid_lens is not None:
-        valid_lens = _check_lens(valid_lens, B, N)
+        valid_lens = check_set_lens(valid_lens, B, N)
         if bool((valid_lens < k).any()):
             raise ValueError(f"every cloud needs at least k={k} points, but valid_lens has "
                              f"{int(valid_lens.min())}")
@@ -231,16 +231,6 @@ def knn_indices(points: Tensor, k: int, valid_lens: Optional[Tensor] = None) -> 
     # the point itself first: its distance is 0, but ties at 0 (duplicates) must not move it
     dist = dist - torch.eye(N, device=points.device, dtype=dist.dtype)
     return dist.topk(k, dim=-1, largest=False).indices  # (B, N, k)
-
-
-def _check_lens(valid_lens: Tensor, B: int, N: int) -> Tensor:
-    if (not isinstance(valid_lens, Tensor) or valid_lens.shape != (B,)
-            or valid_lens.is_floating_point() or valid_lens.dtype == torch.bool):
-        raise ValueError(f"valid_lens must be an integer tensor of shape ({B},), got "
-                         f"{getattr(valid_lens, 'shape', type(valid_lens).__name__)}")
-    if bool((valid_lens < 1).any()) or bool((valid_lens > N).any()):
-        raise ValueError(f"valid_lens must lie in [1, N={N}]")
-    return valid_lens
 
 
 def _gather(X: Tensor, index: Tensor) -> Tensor:
@@ -413,7 +403,7 @@ class PointCloudClassifier(nn.Module):
                              f"{getattr(points, 'shape', type(points).__name__)}")
         B, N, _ = points.shape
         if valid_lens is not None:
-            valid_lens = _check_lens(valid_lens, B, N)
+            valid_lens = check_set_lens(valid_lens, B, N)
         H = self.embed(points)  # (B, N, d)
         if self.kind == "pointnet":
             for layer in self.layers:
