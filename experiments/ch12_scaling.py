@@ -1,0 +1,236 @@
+"""Chapter 12, when attention wins: held-out loss against compute for GPTs of five sizes.
+
+    python experiments/ch12_scaling.py                     # the whole sweep, seed 0, resumable
+    python experiments/ch12_scaling.py --phase probe       # only the learning-rate probe
+    python experiments/ch12_scaling.py --seeds 1 2 --sizes 0.8M --steps 600 1200
+    python experiments/ch12_scaling.py --device cuda       # the same runs on a GPU
+
+Chapter 12's GPT (character-level, context 128, batches of 16 windows, AdamW with a linear
+warm-up over 50 steps and a cosine decay to a tenth, gradients clipped at 1) is trained on tiny
+Shakespeare at five sizes (``SIZES``: 0.1 M to 3 M parameters outside the embeddings) and
+five budgets (``STEPS``: 150 to 2,400 optimizer steps, each run with its own cosine schedule,
+so every point of the sweep is a finished run, as in Hoffmann et al. 2022, not a point in the
+middle of a longer one). Two phases:
+
+* ``probe``: for each size, a short run (``PROBE_STEPS``) at each learning rate of ``LRS``
+  (and twice the highest while the highest is best, up to ``MAX_LR``), seed 0; the best one (lowest held-out bits) is that size's learning rate in the sweep.
+* ``sweep``: every size x budget at its probed learning rate, for each ``--seeds``.
+
+Compute is counted as ``6 N D`` floating-point operations (Kaplan et al. 2020, section 2.1):
+``N`` the parameters outside the embeddings and the position table, ``D`` the characters the
+model was trained to predict (steps x batch x context). The CPU time of each run is recorded
+too (``time.process_time``, whatever the machine; the table names the torch that ran it).
+
+Held-out text: the last tenth of the play (``load_split("shakespeare")``), scored two ways,
+both over the whole of it:
+
+* ``window_start_bits``: consecutive windows of 128 characters, the chapter's figure: the
+  prediction at window position ``t`` sees ``t + 1`` characters, so a window's first
+  predictions have almost no context;
+* ``sliding_bits``: windows that advance by half a context, each character scored once, from
+  a window in which it has at least 64 characters before it (the first 64 of the text aside).
+
+During a run, ``EVALS_PER_RUN`` evaluations on the first ``EVAL_WINDOWS`` windows record the
+curve. Results go to ``experiments/tables/ch12_scaling.json``, one row per (phase, size, lr,
+steps, seed); a run already in the table is skipped, so an interrupted sweep resumes where it
+stopped. Runs go from the cheapest to the most expensive.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from d2lattn.gpt import GPT, GPTConfig, held_out_losses, train_lm  # noqa: E402
+from d2lattn.text import CharTokenizer, load_split  # noqa: E402
+
+TABLE = Path(__file__).resolve().parent / "tables" / "ch12_scaling.json"
+
+#: name -> (num_layers, num_hiddens, num_heads); the feed-forward layer is 4x wider, as in the
+#: chapter's model (which is "0.8M"). Names give the parameters outside the embeddings.
+SIZES = {
+    "0.1M": (2, 64, 4),
+    "0.3M": (3, 96, 4),
+    "0.8M": (4, 128, 4),
+    "1.8M": (4, 192, 6),
+    "3.0M": (5, 224, 7),
+}
+STEPS = [150, 300, 600, 1200, 2400]
+BATCH_SIZE, BLOCK_SIZE, WARMUP = 16, 128, 50
+LRS = [2e-3, 5e-3, 1e-2]
+MAX_LR = 0.04  # the probe doubles past LRS while the best rate is the highest tried
+PROBE_STEPS = 300
+EVALS_PER_RUN = 6
+EVAL_WINDOWS = 32
+
+
+def make_config(size: str, vocab_size: int) -> GPTConfig:
+    layers, d, heads = SIZES[size]
+    return GPTConfig(vocab_size=vocab_size, block_size=BLOCK_SIZE, num_hiddens=d,
+                     num_heads=heads, num_layers=layers, ffn_num_hiddens=4 * d)
+
+
+def non_embedding_parameters(model: GPT) -> int:
+    """N of 6ND: every parameter but the token embedding (tied to the read-out) and positions."""
+    skip = {id(model.embedding.weight)}
+    skip |= {id(p) for n, p in model.named_parameters() if "position" in n}
+    return sum(p.numel() for p in model.parameters() if id(p) not in skip)
+
+
+@torch.no_grad()
+def sliding_bits(model: GPT, data: torch.Tensor, *, batch_size: int = 64) -> float:
+    """Mean bits per character, each character predicted once with >= T/2 characters before it.
+
+    Windows of ``T + 1`` tokens start every ``T/2`` tokens; the first window scores all its
+    predictions, every later one only its last ``T/2`` (whose context is at least ``T/2``).
+    """
+    T = model.config.block_size
+    half = T // 2
+    model.eval()
+    device = model.embedding.weight.device
+    starts = list(range(0, data.numel() - T - 1 + 1, half))
+    total, count = 0.0, 0
+    for i in range(0, len(starts), batch_size):
+        chunk = torch.tensor(starts[i:i + batch_size])
+        index = chunk[:, None] + torch.arange(T + 1)  # (b, T + 1)
+        windows = data[index].to(device)
+        logits = model(windows[:, :-1]).float()  # (b, T, V)
+        nats = F.cross_entropy(logits.transpose(1, 2), windows[:, 1:], reduction="none")
+        keep = torch.zeros_like(nats, dtype=torch.bool)
+        keep[:, half:] = True
+        if i == 0:
+            keep[0] = True  # the text's first characters: the only context they have
+        total += nats[keep].sum().item()
+        count += int(keep.sum())
+    # the tail after the last full window is left out: fewer than T/2 characters
+    return total / count / math.log(2)
+
+
+def load_table() -> dict:
+    if TABLE.exists():
+        return json.loads(TABLE.read_text())
+    return {"description": __doc__.split("\n")[0], "sizes": SIZES, "steps": STEPS,
+            "batch_size": BATCH_SIZE, "block_size": BLOCK_SIZE, "warmup": WARMUP, "lrs": LRS,
+            "probe_steps": PROBE_STEPS, "runs": []}
+
+
+def save_table(table: dict) -> None:
+    TABLE.parent.mkdir(parents=True, exist_ok=True)
+    table["runs"].sort(key=lambda r: (r["phase"], r["flops"], r["lr"], r["seed"]))
+    tmp = TABLE.with_suffix(".tmp")
+    tmp.write_text(json.dumps(table, indent=1) + "\n")
+    tmp.replace(TABLE)
+
+
+def key(run: dict) -> tuple:
+    return (run["phase"], run["size"], run["lr"], run["steps"], run["seed"])
+
+
+def train_one(phase: str, size: str, lr: float, steps: int, seed: int, device: str,
+              data: dict) -> dict:
+    tok, train, held_out = data["tok"], data["train"], data["held_out"]
+    torch.manual_seed(seed)
+    model = GPT(make_config(size, len(tok))).to(device)
+    N = non_embedding_parameters(model)
+    every = max(1, steps // EVALS_PER_RUN)
+    curve = []
+
+    def record(step, model, loss):
+        if (step + 1) % every == 0 or step + 1 == steps:
+            bits = held_out_losses(model, held_out, max_windows=EVAL_WINDOWS).mean().item()
+            curve.append([step + 1, round(bits, 4)])
+            model.train()
+
+    start = time.process_time()
+    losses = train_lm(model, train, steps, batch_size=BATCH_SIZE, lr=lr, warmup=WARMUP,
+                      seed=seed, callback=record)
+    cpu = time.process_time() - start
+    D = steps * BATCH_SIZE * BLOCK_SIZE
+    window_start = held_out_losses(model, held_out)  # (W, T) bits
+    row = {
+        "phase": phase, "size": size, "lr": lr, "steps": steps, "seed": seed,
+        "parameters": model.num_parameters(), "non_embedding_parameters": N,
+        "characters": D, "flops": 6 * N * D, "passes": round(D / train.numel(), 3),
+        "cpu_seconds": round(cpu, 1), "device": device, "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "final_train_loss_nats": round(sum(losses[-20:]) / len(losses[-20:]), 4),
+        "held_out_curve": curve,
+        "window_start_bits": round(window_start.mean().item(), 4),
+        "window_start_bits_by_position": [round(x, 3) for x in window_start.mean(0).tolist()],
+        "sliding_bits": round(sliding_bits(model, held_out), 4),
+    }
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--phase", choices=["probe", "sweep", "both"], default="both")
+    parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
+    parser.add_argument("--steps", type=int, nargs="+", default=STEPS)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--max-flops", type=float, default=None,
+                        help="skip sweep runs above this compute (6ND)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    split = load_split("shakespeare")
+    tok = CharTokenizer(split.text)
+    data = {"tok": tok, "train": tok.encode(split.train), "held_out": tok.encode(split.held_out)}
+    table = load_table()
+    done = {key(r) for r in table["runs"]}
+
+    def flops_of(size, steps):
+        layers, d, _ = SIZES[size]
+        return 6 * 12 * layers * d * d * steps * BATCH_SIZE * BLOCK_SIZE  # approximate order
+
+    def run(phase, size, lr, steps, seed):
+        k = (phase, size, lr, steps, seed)
+        if k in done:
+            return
+        row = train_one(phase, size, lr, steps, seed, args.device, data)
+        table["runs"].append(row)
+        done.add(k)
+        save_table(table)
+        print(f"{phase} {size} lr {lr:g} steps {steps} seed {seed}: "
+              f"{row['window_start_bits']:.3f} bits (sliding {row['sliding_bits']:.3f}), "
+              f"{row['flops']:.2e} FLOPs, {row['cpu_seconds']:.0f} CPU-s", flush=True)
+
+    if args.phase in ("probe", "both"):
+        for size in sorted(args.sizes, key=lambda s: flops_of(s, PROBE_STEPS)):
+            for lr in LRS:
+                run("probe", size, lr, PROBE_STEPS, 0)
+            while True:  # the best rate at the grid's top edge: try twice as high
+                probes = [r for r in table["runs"] if r["phase"] == "probe" and r["size"] == size]
+                best = min(probes, key=lambda r: r["window_start_bits"])["lr"]
+                top = max(r["lr"] for r in probes)
+                if best < top or top >= MAX_LR:
+                    break
+                run("probe", size, 2 * top, PROBE_STEPS, 0)
+    if args.phase in ("sweep", "both"):
+        best_lr = {}
+        for size in args.sizes:
+            probes = [r for r in table["runs"] if r["phase"] == "probe" and r["size"] == size]
+            if not probes:
+                raise SystemExit(f"no probe for {size}: run --phase probe first")
+            best_lr[size] = min(probes, key=lambda r: r["window_start_bits"])["lr"]
+        jobs = [(flops_of(s, n), s, n, seed) for s in args.sizes for n in args.steps
+                for seed in args.seeds]
+        for flops, size, steps, seed in sorted(jobs):
+            if args.max_flops is not None and flops > args.max_flops:
+                continue
+            run("sweep", size, best_lr[size], steps, seed)
+
+
+if __name__ == "__main__":
+    main()
