@@ -4,6 +4,8 @@
     python experiments/ch12_scaling.py --phase probe       # only the learning-rate probe
     python experiments/ch12_scaling.py --seeds 1 2 --sizes 0.8M --steps 600 1200
     python experiments/ch12_scaling.py --device cuda       # the same runs on a GPU
+    python experiments/ch12_scaling.py --sizes 3.0M --table big.json   # a second process
+    python experiments/ch12_scaling.py --merge big.json                # ... merged after
 
 Chapter 12's GPT (character-level, context 128, batches of 16 windows, AdamW with a linear
 warm-up over 50 steps and a cosine decay to a tenth, gradients clipped at 1) is trained on tiny
@@ -172,6 +174,7 @@ def train_one(phase: str, size: str, lr: float, steps: int, seed: int, device: s
 
 
 def main() -> None:
+    global TABLE
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--phase", choices=["probe", "sweep", "both"], default="both")
     parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
@@ -181,8 +184,25 @@ def main() -> None:
                         help="skip sweep runs above this compute (6ND)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--table", type=Path, default=TABLE,
+                        help="where to write (default: the chapter's table); a separate file "
+                             "lets two processes run at once, merged with --merge")
+    parser.add_argument("--merge", type=Path, nargs="+",
+                        help="add the runs of these tables to --table and exit")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    TABLE = args.table
+    if args.merge:
+        table = load_table()
+        done = {key(r) for r in table["runs"]}
+        for path in args.merge:
+            for row in json.loads(path.read_text())["runs"]:
+                if key(row) not in done:
+                    table["runs"].append(row)
+                    done.add(key(row))
+        save_table(table)
+        print(f"{TABLE.name}: {len(table['runs'])} runs")
+        return
 
     split = load_split("shakespeare")
     tok = CharTokenizer(split.text)
