@@ -37,7 +37,6 @@ from ._checks import (
     check_mask_rate,
     check_non_negative_ints,
     check_positive_ints,
-    check_positive_or_none,
     check_temperature,
     check_tokens,
     check_top_k,
