@@ -36,7 +36,9 @@ One module per idea, following the three steps of attention (score, normalize, p
 - :mod:`d2lattn.pointcloud` — generated point clouds, nearest neighbours,
   ``VectorSelfAttention`` (Point Transformer) and chapter 16's classifiers;
 - :mod:`d2lattn.graphs` — ``GraphAttention`` (a masked softmax over the edges),
-  ``normalized_adjacency`` (the graph convolution's fixed weights).
+  ``normalized_adjacency`` (the graph convolution's fixed weights);
+- :mod:`d2lattn.training` — ``fit``, the one training loop behind every ``train_*`` function,
+  and the convention they share (arguments, callback, result).
 
 The public names are each module's ``__all__``, re-exported here: ``d2lattn.X`` is the ``X``
 of the module that defines it. Importing the package has no side effects (matplotlib is loaded
@@ -64,6 +66,7 @@ from . import (
     serving,
     sets,
     text,
+    training,
     transformer,
     vision,
 )
@@ -87,6 +90,7 @@ from .seq2seq import *  # noqa: F401,F403
 from .serving import *  # noqa: F401,F403
 from .sets import *  # noqa: F401,F403
 from .text import *  # noqa: F401,F403
+from .training import *  # noqa: F401,F403
 from .transformer import *  # noqa: F401,F403
 from .vision import *  # noqa: F401,F403
 
@@ -94,7 +98,7 @@ __version__ = "0.1.0"
 
 _MODULES = (circuits, data, diagnostics, flash, gpt, graphs, interactive, kernel_regression,
             linear, masking, multihead, ngram, plotting, pointcloud, positional, scoring, seq2seq,
-            serving, sets, text, transformer, vision)
+            serving, sets, text, training, transformer, vision)
 __all__ = sorted(name for module in _MODULES for name in module.__all__)
 
 #: Names that were public here and are no longer, with where they went (one release).

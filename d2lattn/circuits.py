@@ -25,7 +25,7 @@ L layers, d_h = d / h.
 from __future__ import annotations
 
 import math
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -41,6 +41,7 @@ from ._checks import (
 from .masking import causal_mask, masked_softmax
 from .multihead import MultiHeadAttention
 from .positional import LearnedPositionalEmbedding
+from .training import Callback, fit
 
 __all__ = [
     "AttentionOnlyBlock",
@@ -514,61 +515,59 @@ def head_means(model: AttentionOnlyTransformer, tokens: Tensor) -> Tensor:
 
 def train_induction(
     model: nn.Module,
-    steps: int,
     *,
+    steps: int,
     vocab: Union[int, Sequence[int], Tensor],
     seq_len: int = 32,
     periods: Tuple[int, int] = (6, 16),
     batch_size: int = 64,
     lr: float = 1e-3,
     seed: int = 0,
-    callback: Optional[Callable[[int, nn.Module], None]] = None,
+    stop_after: Optional[int] = None,
+    clip: Optional[float] = None,
+    callback: Optional[Callback] = None,
 ) -> List[float]:
     """Train ``model`` with Adam on fresh :func:`repeated_sequences` batches; return the losses.
 
     Each step draws a new batch (from a generator seeded with ``seed``) and minimises
-    :func:`induction_loss`. ``callback(step, model)`` is called before the first step and after
-    each step (``step`` = number of steps done), for evaluation or snapshots.
+    :func:`induction_loss`. The loop and its arguments follow the library's training
+    convention (:mod:`d2lattn.training`): ``callback(step, model, loss)`` after each step, with
+    ``step`` the number of steps done; call it yourself with ``step = 0`` to measure the
+    untrained model.
 
     Args:
         model: maps ``(B, T)`` tokens to ``(B, T, V)`` logits.
-        steps: number of Adam steps, a positive integer.
+        steps: number of Adam steps, a positive integer (keyword-only, as all below).
         vocab: tokens to draw from (see :func:`repeated_sequences`).
         seq_len, periods, batch_size: the data (see :func:`repeated_sequences`).
         lr: Adam's learning rate.
         seed: seeds the data generator (initialise the model yourself).
-        callback: called as ``callback(step, model)``.
+        stop_after: run only the first ``stop_after`` steps.
+        clip: the largest global gradient norm (``None``: no clipping).
+        callback: called as ``callback(step, model, loss)``, for evaluation or snapshots.
 
     Returns:
-        the training loss of every step, a list of ``steps`` floats.
+        the training loss of every step, a list of ``steps`` floats (fewer if a loss is not
+        finite). The model is left in eval mode.
 
     Example:
         >>> _ = torch.manual_seed(0)
         >>> model = AttentionOnlyTransformer(vocab_size=8, num_hiddens=8, num_heads=2)
-        >>> losses = train_induction(model, 3, vocab=8, seq_len=12, periods=(2, 4))
+        >>> losses = train_induction(model, steps=3, vocab=8, seq_len=12, periods=(2, 4))
         >>> len(losses)
         3
 
     Source: book chapter 11.
     """
-    check_positive_ints(steps=steps)
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    losses: List[float] = []
-    if callback is not None:
-        callback(0, model)
-    model.train()
-    for step in range(1, steps + 1):
+
+    def batch_loss() -> Tensor:
         tokens, _ = repeated_sequences(batch_size, seq_len, vocab, periods, generator=generator)
-        loss = induction_loss(model(tokens), tokens)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-        if callback is not None:
-            callback(step, model)
-    model.eval()
-    return losses
+        return induction_loss(model(tokens), tokens)
+
+    return fit(model, optimizer, batch_loss, steps=steps, stop_after=stop_after, clip=clip,
+               callback=callback)
 
 
 def _head_rows(linear: nn.Linear, head: int, num_heads: int) -> Tensor:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Union
+from typing import List, Optional, Union
 
 import torch
 import torch.nn.functional as F
@@ -37,7 +37,6 @@ from ._checks import (
     check_mask_rate,
     check_non_negative_ints,
     check_positive_ints,
-    check_positive_or_none,
     check_temperature,
     check_tokens,
     check_top_k,
@@ -47,6 +46,7 @@ from ._checks import (
 from ._modes import evaluating
 from .linear import LinearMultiHeadAttention, RecurrentState
 from .text import random_windows
+from .training import Callback, fit
 from .transformer import KVCache, TransformerEncoderBlock
 
 __all__ = ["GPT", "GPTConfig", "fill_in_losses", "held_out_losses", "lr_schedule",
@@ -445,38 +445,49 @@ def lr_schedule(step: int, steps: int, lr: float, *, warmup: int = 0,
     return lr * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))))
 
 
-def train_lm(model: GPT, data: Tensor, steps: int, *, batch_size: int = 32, lr: float = 2e-3,
-             warmup: int = 50, min_ratio: float = 0.1, clip: Optional[float] = 1.0,
-             weight_decay: float = 0.1, seed: int = 0, stop_after: Optional[int] = None,
-             mask_id: Optional[int] = None, mask_rate: float = 0.15,
-             callback: Optional[Callable[[int, GPT, float], None]] = None) -> List[float]:
+def train_lm(model: GPT, data: Tensor, *, steps: int, batch_size: int = 32, lr: float = 2e-3,
+             seed: int = 0, stop_after: Optional[int] = None, clip: Optional[float] = 1.0,
+             callback: Optional[Callback] = None, warmup: int = 50, min_ratio: float = 0.1,
+             weight_decay: float = 0.1, mask_id: Optional[int] = None,
+             mask_rate: float = 0.15) -> List[float]:
     """Train ``model`` as a next-token predictor on random windows of a token stream.
 
     AdamW (betas 0.9, 0.95; weight decay on matrices only), the learning rate of
-    :func:`lr_schedule`, gradient-norm clipping at ``clip`` (``None``: no clipping). The
-    windows come from a generator seeded with ``seed``, so two runs with the same seed and the
-    same initial weights see the same batches.
+    :func:`lr_schedule`, gradient-norm clipping at ``clip``. The windows come from a generator
+    seeded with ``seed``, so two runs with the same seed and the same initial weights see the
+    same batches. The loop and its arguments follow the library's training convention
+    (:mod:`d2lattn.training`).
 
     Args:
         model: the :class:`GPT` to train (in place).
         data: ``(N,)`` int64, the training token stream.
-        steps: optimizer steps. batch_size, lr, warmup, min_ratio, clip, weight_decay: as above.
-        seed: keyword-only; the seed of the window generator.
-        stop_after: keyword-only; run only the first ``stop_after`` steps of the ``steps``-step
-            schedule (to retrace the start of a longer run).
-        mask_id: keyword-only; ``None`` trains a causal model to predict the next token. An
-            integer trains a non-causal model (``config.causal=False``) as a masked language
-            model: each window is corrupted by :func:`mask_tokens` with this ``mask_id`` (the
-            last token of the model's vocabulary) and ``mask_rate``, and the loss is taken at
-            the chosen positions only.
-        callback: keyword-only; ``callback(step, model, loss)`` after each step.
+        steps: optimizer steps (keyword-only, as all below).
+        batch_size: windows per step. lr: the peak learning rate.
+        seed: the seed of the window generator.
+        stop_after: run only the first ``stop_after`` steps of the ``steps``-step schedule.
+        clip: the largest global gradient norm (``None``: no clipping).
+        callback: ``callback(step, model, loss)`` after each step, ``step`` from 1.
+        warmup, min_ratio: the schedule's warm-up steps and final fraction of ``lr``.
+        weight_decay: AdamW's, on the weight matrices.
+        mask_id: ``None`` trains a causal model to predict the next token. An integer trains a
+            non-causal model (``config.causal=False``) as a masked language model: each window
+            is corrupted by :func:`mask_tokens` with this ``mask_id`` (the last token of the
+            model's vocabulary) and ``mask_rate``, and the loss is taken at the chosen
+            positions only.
 
     Returns:
         the training loss of every step (nats per token, on that step's batch, before the
-        update). A non-finite loss stops training (the list ends with it).
+        update). A non-finite loss stops training (the list ends with it). The model is left
+        in eval mode.
+
+    Raises:
+        ValueError: sizes that are not positive integers, a ``mask_id`` that does not fit the
+            model (see above).
+
+    Source: book chapter 12; the schedule of :func:`lr_schedule`; AdamW, Loshchilov & Hutter
+    (2019).
     """
     check_positive_ints(steps=steps, batch_size=batch_size)
-    check_positive_or_none("clip", clip)
     if mask_id is not None and model.config.causal:
         raise ValueError("mask_id trains a masked language model: the model must have "
                          "config.causal=False")
@@ -492,28 +503,18 @@ def train_lm(model: GPT, data: Tensor, steps: int, *, batch_size: int = 32, lr: 
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=lr, betas=(0.9, 0.95))
     generator = torch.Generator().manual_seed(seed)
-    model.train()
-    losses: List[float] = []
-    for step in range(steps if stop_after is None else min(steps, stop_after)):
-        for group in opt.param_groups:
-            group["lr"] = lr_schedule(step, steps, lr, warmup=warmup, min_ratio=min_ratio)
+
+    def batch_loss() -> Tensor:
         X, Y = random_windows(data, batch_size, T, generator=generator)
         if mask_id is not None:
             X, Y = mask_tokens(X, mask_id, rate=mask_rate, generator=generator)
         X, Y = X.to(model.embedding.weight.device), Y.to(model.embedding.weight.device)
-        loss = F.cross_entropy(model(X).flatten(0, 1), Y.flatten())
-        losses.append(loss.item())
-        if not math.isfinite(losses[-1]):
-            break
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if clip is not None:
-            nn.utils.clip_grad_norm_(model.parameters(), clip)
-        opt.step()
-        if callback is not None:
-            callback(step, model, losses[-1])
-    model.eval()
-    return losses
+        return F.cross_entropy(model(X).flatten(0, 1), Y.flatten())
+
+    return fit(model, opt, batch_loss, steps=steps, stop_after=stop_after, clip=clip,
+               lr_at=lambda step: lr_schedule(step, steps, lr, warmup=warmup,
+                                              min_ratio=min_ratio),
+               callback=callback)
 
 
 @torch.no_grad()

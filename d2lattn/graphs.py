@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from ._checks import check_adjacency, check_dropout, check_positive_ints
 from .masking import masked_softmax
 from .transformer import TransformerEncoderBlock
+from .training import Callback, fit
 
 __all__ = ["GraphAttention", "GraphNodeClassifier", "add_self_loops", "make_block_graph",
            "normalized_adjacency", "train_node_classifier"]
@@ -307,33 +308,41 @@ class GraphNodeClassifier(nn.Module):
 
 
 def train_node_classifier(model: nn.Module, X: Tensor, adjacency: Tensor, labels: Tensor,
-                          train_nodes: Tensor, *, epochs: int = 200, lr: float = 5e-3,
+                          train_nodes: Tensor, *, steps: int = 200, lr: float = 5e-3,
+                          stop_after: Optional[int] = None, clip: Optional[float] = None,
+                          callback: Optional[Callback] = None,
                           weight_decay: float = 5e-4) -> List[float]:
     """Semi-supervised node classification: the loss on ``train_nodes`` only, full batch.
 
     Adam with weight decay, as in Kipf and Welling (2017) and Veličković et al. (2018); the
-    whole graph goes through the model at every epoch, the labels of the other nodes unused.
+    whole graph goes through the model at every step (one step is one epoch), the labels of
+    the other nodes unused. The loop and its arguments follow the library's training
+    convention (:mod:`d2lattn.training`); nothing is drawn, so there is no ``seed`` and no
+    ``batch_size`` (dropout draws from the global generator, ``torch.manual_seed``).
 
     Args:
         model: ``model(X, adjacency)`` gives ``(N, C)`` logits. X ``(N, F)``; adjacency
             ``(N, N)`` bool; labels ``(N,)`` int64; train_nodes ``(n,)`` node indices.
-        epochs, lr, weight_decay: keyword-only.
+        steps: full-batch Adam steps (keyword-only, as all below). lr: Adam's learning rate.
+        stop_after: run only the first ``stop_after`` steps.
+        clip: the largest global gradient norm (``None``: no clipping).
+        callback: ``callback(step, model, loss)`` after each step, ``step`` from 1.
+        weight_decay: Adam's (an L2 penalty on every parameter).
 
     Returns:
-        the training loss of every epoch. Leaves the model in eval mode.
+        the training loss of every step (fewer if a loss is not finite). Leaves the model in
+        eval mode.
 
     Raises:
-        ValueError: ``epochs`` not a positive integer.
+        ValueError: ``steps`` not a positive integer.
+
+    Source: book chapter 16; Kipf and Welling (2017), section 3.1 (the loss over the labelled
+    nodes).
     """
-    check_positive_ints(epochs=epochs)
     opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
-    losses: List[float] = []
-    for _ in range(epochs):
-        model.train()
-        loss = F.cross_entropy(model(X, adjacency)[train_nodes], labels[train_nodes])
-        losses.append(loss.item())
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-    model.eval()
-    return losses
+
+    def batch_loss() -> Tensor:
+        return F.cross_entropy(model(X, adjacency)[train_nodes], labels[train_nodes])
+
+    return fit(model, opt, batch_loss, steps=steps, stop_after=stop_after, clip=clip,
+               callback=callback)

@@ -28,10 +28,10 @@ from ._checks import (
     check_lengths,
     check_positive,
     check_positive_ints,
-    check_positive_or_none,
     check_tokens,
 )
 from .data import CharVocab
+from .training import Callback, fit
 
 __all__ = [
     "AttentionDecoder",
@@ -443,13 +443,15 @@ def seq2seq_loss(model: EncoderDecoder, X: Tensor, X_valid_lens: Tensor, Y: Tens
 
 def train_seq2seq(model: EncoderDecoder, X: Tensor, X_valid_lens: Tensor, Y: Tensor,
                   Y_valid_lens: Tensor, *, steps: int, batch_size: int = 128,
-                  lr: float = 0.008, seed: int = 0,
-                  max_grad_norm: Optional[float] = None) -> List[float]:
+                  lr: float = 0.008, seed: int = 0, stop_after: Optional[int] = None,
+                  clip: Optional[float] = None,
+                  callback: Optional[Callback] = None) -> List[float]:
     """Train with Adam on teacher-forced batches of similar source length; the losses.
 
     Each epoch visits every example once in batches from :func:`d2lattn.length_batches`
     (shuffled again every epoch, nothing dropped); each batch is cut to its longest source
-    and target, so padding costs little.
+    and target, so padding costs little. The loop and its arguments follow the library's
+    training convention (:mod:`d2lattn.training`).
 
     Args:
         model: an :class:`EncoderDecoder`, trained in place.
@@ -459,10 +461,13 @@ def train_seq2seq(model: EncoderDecoder, X: Tensor, X_valid_lens: Tensor, Y: Ten
         batch_size: the most examples per batch.
         lr: Adam's learning rate, ``> 0``.
         seed: seed of the batch order (the model's initialization is the caller's).
-        max_grad_norm: clip the gradient's global norm to this value (``None``: no clipping).
+        stop_after: run only the first ``stop_after`` steps.
+        clip: clip the gradient's global norm to this value (``None``: no clipping).
+        callback: ``callback(step, model, loss)`` after each step, ``step`` from 1.
 
     Returns:
-        the ``steps`` training losses, as Python floats.
+        the ``steps`` training losses, as Python floats (fewer if a loss is not finite). The
+        model is left in eval mode.
 
     Raises:
         ValueError: bad sizes, or from :func:`seq2seq_loss` on bad shapes.
@@ -483,24 +488,20 @@ def train_seq2seq(model: EncoderDecoder, X: Tensor, X_valid_lens: Tensor, Y: Ten
 
     check_positive_ints(steps=steps, batch_size=batch_size)
     check_positive("lr", lr)
-    check_positive_or_none("max_grad_norm", max_grad_norm)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     g = torch.Generator().manual_seed(seed)
     batches: List[Tensor] = []
-    losses = []
-    for _ in range(steps):
+
+    def batch_loss() -> Tensor:
+        nonlocal batches
         if not batches:  # a new epoch: a fresh order
             batches = length_batches(X_valid_lens.tolist(), batch_size, generator=g)
         idx = batches.pop()
         T, U = int(X_valid_lens[idx].max()), int(Y_valid_lens[idx].max())
-        loss = seq2seq_loss(model, X[idx, :T], X_valid_lens[idx], Y[idx, :U], Y_valid_lens[idx])
-        optimizer.zero_grad()
-        loss.backward()
-        if max_grad_norm is not None:
-            nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-        optimizer.step()
-        losses.append(loss.item())
-    return losses
+        return seq2seq_loss(model, X[idx, :T], X_valid_lens[idx], Y[idx, :U], Y_valid_lens[idx])
+
+    return fit(model, optimizer, batch_loss, steps=steps, stop_after=stop_after, clip=clip,
+               callback=callback)
 
 
 @torch.no_grad()

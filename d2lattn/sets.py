@@ -20,7 +20,7 @@ Shape legend: ``B`` sets, ``n`` elements per set (padded; ``valid_lens`` gives t
 
 from __future__ import annotations
 
-from typing import Callable, List, Optional
+from typing import List, Optional
 
 import torch
 import torch.nn.functional as F
@@ -28,6 +28,7 @@ from torch import Tensor, nn
 
 from ._checks import ValidLens, check_hidden_states, check_positive_ints
 from .multihead import MultiHeadAttention
+from .training import Callback, fit
 
 __all__ = ["MultiheadAttentionBlock", "InducedSetAttentionBlock", "PoolingByMultiheadAttention",
            "SetRegressor", "make_diameter_sets", "train_set_model"]
@@ -291,30 +292,36 @@ class SetRegressor(nn.Module):
 
 def train_set_model(model: nn.Module, X: Tensor, valid_lens: Tensor, targets: Tensor, *,
                     steps: int, batch_size: int = 32, lr: float = 3e-3, seed: int = 0,
-                    loss: str = "cross_entropy", stop_after: Optional[int] = None,
-                    callback: Optional[Callable[[int, nn.Module, float], None]] = None
-                    ) -> List[float]:
+                    stop_after: Optional[int] = None, clip: Optional[float] = None,
+                    callback: Optional[Callback] = None,
+                    loss: str = "cross_entropy") -> List[float]:
     """Train a model of padded sets, ``model(X, valid_lens)``, on random batches.
 
     AdamW (weight decay 0.01) with a one-cycle learning rate (peak ``lr``); batches drawn with
     replacement by a generator seeded with ``seed``, so the same seed and initial weights give
     the same run. Used by chapter 16 for point clouds (``loss="cross_entropy"``, integer labels)
-    and set regression (``loss="mse"``, float targets).
+    and set regression (``loss="mse"``, float targets). The loop and its arguments follow the
+    library's training convention (:mod:`d2lattn.training`).
 
     Args:
         model: maps ``(b, n, c)`` elements and ``(b,)`` sizes to ``(b, C)`` logits or ``(b,)``.
         X: ``(S, n, c)`` padded sets. valid_lens: ``(S,)`` sizes. targets: ``(S,)``.
-        steps, batch_size, lr, seed, loss: keyword-only, as above.
-        stop_after: keyword-only; run only the first ``stop_after`` steps of the ``steps``-step
-            schedule (to retrace the start of a longer run).
-        callback: keyword-only; ``callback(step, model, loss)`` after each step.
+        steps, batch_size, lr, seed: keyword-only, as above.
+        stop_after: run only the first ``stop_after`` steps of the ``steps``-step schedule (to
+            retrace the start of a longer run).
+        clip: the largest global gradient norm (``None``: no clipping).
+        callback: ``callback(step, model, loss)`` after each step, ``step`` from 1.
+        loss: ``"cross_entropy"`` or ``"mse"``.
 
     Returns:
-        the training loss of every step (before its update). Leaves the model in eval mode.
+        the training loss of every step (before its update; fewer if a loss is not finite).
+        Leaves the model in eval mode.
 
     Raises:
         ValueError: sizes that are not positive integers, an unknown ``loss``, inputs whose
             first axes differ.
+
+    Source: book chapter 16; the one-cycle schedule of Smith & Topin (2019).
     """
     check_positive_ints(steps=steps, batch_size=batch_size)
     if loss not in ("cross_entropy", "mse"):
@@ -326,17 +333,10 @@ def train_set_model(model: nn.Module, X: Tensor, valid_lens: Tensor, targets: Te
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     schedule = torch.optim.lr_scheduler.OneCycleLR(opt, lr, total_steps=steps)
     generator = torch.Generator().manual_seed(seed)
-    model.train()
-    losses: List[float] = []
-    for step in range(steps if stop_after is None else min(steps, stop_after)):
+
+    def batch_loss() -> Tensor:
         idx = torch.randint(len(X), (batch_size,), generator=generator)
-        value = criterion(model(X[idx], valid_lens[idx]), targets[idx])
-        losses.append(value.item())
-        opt.zero_grad(set_to_none=True)
-        value.backward()
-        opt.step()
-        schedule.step()
-        if callback is not None:
-            callback(step, model, losses[-1])
-    model.eval()
-    return losses
+        return criterion(model(X[idx], valid_lens[idx]), targets[idx])
+
+    return fit(model, opt, batch_loss, steps=steps, stop_after=stop_after, clip=clip,
+               scheduler=schedule, callback=callback)

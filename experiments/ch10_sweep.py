@@ -41,6 +41,7 @@ from sklearn.datasets import load_digits  # noqa: E402
 from sklearn.model_selection import train_test_split  # noqa: E402
 from torch import nn  # noqa: E402
 
+from d2lattn.training import fit  # noqa: E402
 from d2lattn.vision import (VisionTransformer, attention_rollout, occlusion_map,  # noqa: E402
                             patchify)
 
@@ -90,17 +91,16 @@ def train(model, X, y, epochs=20, batch_size=64, lr=3e-3, seed=0):
     steps_per_epoch = (len(y) + batch_size - 1) // batch_size
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=lr, pct_start=0.1,
                                                    total_steps=epochs * steps_per_epoch)
-    model.train()
-    for _ in range(epochs):
-        order = torch.randperm(len(y), generator=generator)
-        for i in range(0, len(y), batch_size):
-            batch = order[i:i + batch_size]
-            loss = F.cross_entropy(model(X[batch]), y[batch])
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            schedule.step()
-    return model.eval()
+    batches = []
+
+    def batch_loss():  # every epoch visits the examples once, in a fresh order
+        if not batches:
+            batches.extend(torch.randperm(len(y), generator=generator).split(batch_size)[::-1])
+        batch = batches.pop()
+        return F.cross_entropy(model(X[batch]), y[batch])
+
+    fit(model, optimizer, batch_loss, steps=epochs * steps_per_epoch, scheduler=schedule)
+    return model
 
 
 @torch.no_grad()

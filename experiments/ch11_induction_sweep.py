@@ -140,7 +140,7 @@ def train_two_layer(seed: int) -> dict:
     history = {"step": [], "accuracy": [], "previous_token": [], "prefix_matching": []}
 
     @torch.no_grad()
-    def record(step, model):
+    def record(step, model, loss=None):
         if step % EVAL_EVERY:
             return
         model.eval()
@@ -152,7 +152,8 @@ def train_two_layer(seed: int) -> dict:
             [prefix_matching_score(w, held_out).tolist() for w in weights])
         model.train()
 
-    losses = train_induction(model, STEPS, vocab=TRAIN_VOCAB, seq_len=SEQ_LEN,
+    record(0, model)  # the untrained model
+    losses = train_induction(model, steps=STEPS, vocab=TRAIN_VOCAB, seq_len=SEQ_LEN,
                              periods=PERIODS, batch_size=BATCH, lr=LR, seed=seed,
                              callback=record)
     phase = next((s for s, a in zip(history["step"], history["accuracy"]) if a >= 0.5), None)
@@ -193,8 +194,8 @@ def train_one_layer(seed: int, num_hiddens: int, num_heads: int, steps: int) -> 
     torch.manual_seed(seed)
     model = AttentionOnlyTransformer(VOCAB_SIZE, num_hiddens=num_hiddens, num_heads=num_heads,
                                      num_layers=1)
-    losses = train_induction(model, steps, vocab=TRAIN_VOCAB, seq_len=SEQ_LEN, periods=PERIODS,
-                             batch_size=BATCH, lr=LR, seed=seed)
+    losses = train_induction(model, steps=steps, vocab=TRAIN_VOCAB, seq_len=SEQ_LEN,
+                             periods=PERIODS, batch_size=BATCH, lr=LR, seed=seed)
     held_out = tests["train setting"]
     accuracy = induction_accuracy(model, held_out)  # fills attention_weights
     weights = model.blocks[0].attention_weights  # (B, h, T, T)

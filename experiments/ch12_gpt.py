@@ -64,15 +64,14 @@ def run(corpus: str, seed: int, device: str, steps: int, batch_size: int) -> dic
     evals = []
 
     def record(step, model, loss):
-        if (step + 1) % EVAL_EVERY == 0 or step + 1 == steps:
+        if step % EVAL_EVERY == 0 or step == steps:
             bits = held_out_losses(model, held_out, max_windows=EVAL_WINDOWS).mean().item()
-            evals.append([step + 1, round(bits, 4)])
-            print(f"{corpus} seed {seed} step {step + 1}: train loss {loss:.3f} nats, "
+            evals.append([step, round(bits, 4)])
+            print(f"{corpus} seed {seed} step {step}: train loss {loss:.3f} nats, "
                   f"held-out {bits:.3f} bits/char", flush=True)
-            model.train()
 
     start = time.process_time()
-    losses = train_lm(model, train, steps, batch_size=batch_size, lr=recipe["lr"],
+    losses = train_lm(model, train, steps=steps, batch_size=batch_size, lr=recipe["lr"],
                       warmup=recipe["warmup"], seed=seed, callback=record)
     cpu_train = time.process_time() - start
     bits = held_out_losses(model, held_out)  # (W, T) bits

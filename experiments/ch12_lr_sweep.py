@@ -88,7 +88,7 @@ def main() -> None:
                 kw = RECIPES[recipe]
                 torch.manual_seed(seed)
                 model = GPT(GPTConfig(vocab_size=len(tok), **CONFIG))
-                nats = train_lm(model, train, STEPS, batch_size=BATCH, lr=lr, seed=seed, **kw)
+                nats = train_lm(model, train, steps=STEPS, batch_size=BATCH, lr=lr, seed=seed, **kw)
                 bits = [x / math.log(2) for x in nats]
                 row = {"seed": seed, "lr": lr, "recipe": recipe,
                        **summarize(bits, unigram),

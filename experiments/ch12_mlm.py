@@ -82,7 +82,7 @@ def run(seed: int, device: str) -> dict:
     torch.manual_seed(seed)
     mlm = GPT(config).to(device)
     start = time.process_time()
-    losses = train_lm(mlm, train, gpt_json["steps"], batch_size=gpt_json["batch_size"],
+    losses = train_lm(mlm, train, steps=gpt_json["steps"], batch_size=gpt_json["batch_size"],
                       lr=gpt_json["lr"], warmup=gpt_json["warmup"], seed=seed, mask_id=mask_id)
     cpu = time.process_time() - start
     half = {}

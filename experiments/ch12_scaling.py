@@ -147,13 +147,12 @@ def train_one(phase: str, size: str, lr: float, steps: int, seed: int, device: s
     curve = []
 
     def record(step, model, loss):
-        if (step + 1) % every == 0 or step + 1 == steps:
+        if step % every == 0 or step == steps:
             bits = held_out_losses(model, held_out, max_windows=EVAL_WINDOWS).mean().item()
-            curve.append([step + 1, round(bits, 4)])
-            model.train()
+            curve.append([step, round(bits, 4)])
 
     start = time.process_time()
-    losses = train_lm(model, train, steps, batch_size=BATCH_SIZE, lr=lr, warmup=WARMUP,
+    losses = train_lm(model, train, steps=steps, batch_size=BATCH_SIZE, lr=lr, warmup=WARMUP,
                       seed=seed, callback=record)
     cpu = time.process_time() - start
     D = steps * BATCH_SIZE * BLOCK_SIZE

@@ -141,7 +141,7 @@ def run_graphs(kind: str, seed: int) -> dict:
     torch.manual_seed(seed)
     model = GraphNodeClassifier(kind, X.shape[1], GRAPH["num_blocks"])
     start = time.process_time()
-    losses = train_node_classifier(model, X, A, y, train, epochs=GRAPH_EPOCHS)
+    losses = train_node_classifier(model, X, A, y, train, steps=GRAPH_EPOCHS)
     cpu = time.process_time() - start
     with torch.no_grad():
         acc = float((model(X, A).argmax(-1)[test] == y[test]).float().mean())

@@ -127,7 +127,7 @@ def run_one(kind, hidden, steps, seed, cfg=CONFIG, data=None):
     model = build(kind, hidden, cfg, len(src), len(tgt), seed)
     t0 = time.process_time()
     losses = train_seq2seq(model, X, X_lens, Y, Y_lens, steps=steps, batch_size=cfg["batch"],
-                           lr=cfg["lr"], seed=seed, max_grad_norm=cfg["max_grad_norm"])
+                           lr=cfg["lr"], seed=seed, clip=cfg["max_grad_norm"])
     acc = exact_match_by_k(model, test, src, tgt, cfg)
     return dict(kind=kind, hidden=hidden, steps=steps, seed=seed, final_loss=losses[-1],
                 exact_match=acc, cpu_s=time.process_time() - t0)
@@ -136,13 +136,13 @@ def run_one(kind, hidden, steps, seed, cfg=CONFIG, data=None):
 def run_curve(kind, hidden, checkpoints, seed, cfg=CONFIG, state_dir=None):
     """One training run evaluated at several budgets: one record per checkpoint.
 
-    The loop is ``train_seq2seq``'s, step for step (the same batches, the same Adam), so the
-    record at ``c`` steps is the model that ``run_one(kind, hidden, c, seed)`` trains; the
-    sweep checks this wherever both are in the table. With ``state_dir``, the model, the
-    optimizer and the batch order are saved at the last checkpoint, and a later call with
-    larger checkpoints continues from the largest saved one."""
-    from torch import nn
-    from d2lattn import length_batches, seq2seq_loss
+    The loop is the library's (``d2lattn.fit``) with ``train_seq2seq``'s batches and Adam,
+    step for step, so the record at ``c`` steps is the model that ``run_one(kind, hidden, c,
+    seed)`` trains; the sweep checks this wherever both are in the table. What is this
+    script's own: the optimizer and the batch order live across checkpoints, and with
+    ``state_dir`` they are saved with the model at the last checkpoint, so that a later call
+    with larger checkpoints continues from the largest saved one."""
+    from d2lattn import fit, length_batches, seq2seq_loss
 
     train, test, src, tgt = _data(cfg)
     X, X_lens = src.encode_batch([ex.source for ex in train])
@@ -163,22 +163,20 @@ def run_curve(kind, hidden, checkpoints, seed, cfg=CONFIG, state_dir=None):
             optimizer.load_state_dict(state["optimizer"])
             g.set_state(state["generator"])
             batches, cpu, loss = state["batches"], state["cpu_s"], state["loss"]
+    def batch_loss():  # train_seq2seq's batches
+        nonlocal batches
+        if not batches:
+            batches = length_batches(X_lens.tolist(), cfg["batch"], generator=g)
+        idx = batches.pop()
+        T, U = int(X_lens[idx].max()), int(Y_lens[idx].max())
+        return seq2seq_loss(model, X[idx, :T], X_lens[idx], Y[idx, :U], Y_lens[idx])
+
     records = []
     for c in sorted(checkpoints):
         if c <= step:
             continue
         t0 = time.process_time()
-        for _ in range(c - step):  # train_seq2seq's loop
-            if not batches:
-                batches = length_batches(X_lens.tolist(), cfg["batch"], generator=g)
-            idx = batches.pop()
-            T, U = int(X_lens[idx].max()), int(Y_lens[idx].max())
-            loss = seq2seq_loss(model, X[idx, :T], X_lens[idx], Y[idx, :U], Y_lens[idx])
-            optimizer.zero_grad()
-            loss.backward()
-            nn.utils.clip_grad_norm_(model.parameters(), cfg["max_grad_norm"])
-            optimizer.step()
-            loss = loss.item()
+        loss = fit(model, optimizer, batch_loss, steps=c - step, clip=cfg["max_grad_norm"])[-1]
         step = c
         acc = exact_match_by_k(model, test, src, tgt, cfg)
         cpu += time.process_time() - t0

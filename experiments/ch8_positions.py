@@ -4,9 +4,10 @@ and which extrapolates beyond the training length.
     python experiments/ch8_positions.py            # about 4 minutes of one CPU core
     python experiments/ch8_positions.py --setting big --seeds 5 6 7 8 9   # add seeds
 
-writes ``book/data/ch8_positions.json``. The model, task, training loop and test are those of
-the chapter's cells (section "Positions, settled by experiment"); the chapter re-runs seed 0 of
-the "base" setting live and checks it against this table.
+writes ``book/data/ch8_positions.json``. The model, task, training and test are those of the
+chapter's cells (section "Positions, settled by experiment"); the steps are the library's loop,
+``d2lattn.fit``, which takes the same steps as the chapter's own loop, bit for bit. The chapter
+re-runs seed 0 of the "base" setting live and checks it against this table.
 
 Settings:
     base: the chapter's model (d = 32, 2 heads, 1 block), 200 Adam steps, seeds 0..7.
@@ -30,7 +31,8 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-from d2lattn import LearnedPositionalEmbedding, PositionalEncoding, TransformerEncoderBlock  # noqa: E402
+from d2lattn import (LearnedPositionalEmbedding, PositionalEncoding,  # noqa: E402
+                     TransformerEncoderBlock, fit)
 
 torch.set_num_threads(1)  # tiny models: one thread is fastest
 OUT = pathlib.Path(__file__).resolve().parent.parent / "book" / "data" / "ch8_positions.json"
@@ -67,14 +69,14 @@ class TinyTransformer(nn.Module):  # the chapter's class (KV cache path left out
 
 
 def train_lm(model, make_batch, steps, lr=3e-3, seed=0):
+    """The chapter's recipe: Adam on batches of 64 from ``make_batch``."""
     generator = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    for _ in range(steps):
+
+    def batch_loss():
         inputs, targets = make_batch(64, generator)
-        loss = F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten())
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+        return F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten())
+
+    fit(model, torch.optim.Adam(model.parameters(), lr=lr), batch_loss, steps=steps)
     return model
 
 

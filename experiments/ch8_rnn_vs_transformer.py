@@ -42,7 +42,7 @@ from torch import nn  # noqa: E402
 
 from d2lattn import (AdditiveAttention, AttentionDecoder, CharVocab, EncoderDecoder,  # noqa: E402
                      LearnedPositionalEmbedding, PositionalEncoding, Seq2SeqEncoder,
-                     TransformerDecoderBlock, TransformerEncoderBlock, greedy_decode,
+                     TransformerDecoderBlock, TransformerEncoderBlock, fit, greedy_decode,
                      make_date_examples, seq2seq_loss)
 
 torch.set_num_threads(1)  # small models: one thread is fastest
@@ -130,18 +130,14 @@ def train(model, lr, steps, warmup=0, seed=0):
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0)
     g = torch.Generator().manual_seed(seed)
-    losses = []
-    for _ in range(steps):
+
+    def batch_loss():
         idx = batches[int(torch.randint(len(batches), (1,), generator=g))]
         T = int(X_train_lens[idx].max())
-        loss = seq2seq_loss(model, X_train[idx, :T], X_train_lens[idx], Y_train[idx],
+        return seq2seq_loss(model, X_train[idx, :T], X_train_lens[idx], Y_train[idx],
                             Y_train_lens[idx])
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        schedule.step()
-        losses.append(loss.item())
-    return losses
+
+    return fit(model, optimizer, batch_loss, steps=steps, scheduler=schedule)
 
 
 def make_model(kind, seed, positions="learned"):

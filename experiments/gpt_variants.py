@@ -118,7 +118,8 @@ def run(variant: str, seed: int) -> dict:
     train, held_out = tok.encode(split.train), tok.encode(split.held_out)
     model = build(variant, len(tok), seed)
     start = time.process_time()
-    losses = train_lm(model, train, STEPS, batch_size=BATCH, lr=LR, warmup=WARMUP, seed=seed)
+    losses = train_lm(model, train, steps=STEPS, batch_size=BATCH, lr=LR, warmup=WARMUP,
+                      seed=seed)
     cpu = time.process_time() - start
     bits = held_out_losses(model, held_out)  # (W, T)
     result = {"variant": variant, "seed": seed, "parameters": model.num_parameters(),

@@ -216,15 +216,15 @@ def test_non_causal_model_sees_the_future_and_refuses_to_write():
 def test_train_lm_masked_objective_and_its_checks():
     data = torch.arange(400) % 10
     mlm = small(vocab_size=11, causal=False).float()
-    losses = train_lm(mlm, data, 200, batch_size=16, lr=1e-2, warmup=5, mask_id=10)
+    losses = train_lm(mlm, data, steps=200, batch_size=16, lr=1e-2, warmup=5, mask_id=10)
     # a periodic stream: a blank is given away by its neighbours (0.79 against 2.38 here)
     assert sum(losses[-10:]) / 10 < 0.5 * sum(losses[:5]) / 5
     with pytest.raises(ValueError, match="causal=False"):
-        train_lm(small().float(), data, 2, mask_id=10)
+        train_lm(small().float(), data, steps=2, mask_id=10)
     with pytest.raises(ValueError, match="mask_id"):
-        train_lm(mlm, data, 2)
+        train_lm(mlm, data, steps=2)
     with pytest.raises(ValueError, match="last token"):
-        train_lm(mlm, data, 2, mask_id=3)
+        train_lm(mlm, data, steps=2, mask_id=3)
 
 
 def test_fill_in_losses_same_blanks_for_both_models():
@@ -253,7 +253,7 @@ def test_train_lm_learns_a_periodic_stream_and_held_out_losses():
     model = GPT(GPTConfig(vocab_size=5, block_size=8, num_hiddens=16, num_heads=2,
                           num_layers=1, ffn_num_hiddens=32))
     data = torch.arange(400) % 5
-    losses = train_lm(model, data, 60, batch_size=8, lr=1e-2, warmup=5)
+    losses = train_lm(model, data, steps=60, batch_size=8, lr=1e-2, warmup=5)
     assert len(losses) == 60 and losses[-1] < 0.2 * losses[0]
     bits = held_out_losses(model, data[:81])
     assert bits.shape == (10, 8) and bits.mean() < 0.5

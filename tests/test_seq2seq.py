@@ -160,12 +160,12 @@ def test_train_seq2seq_learns_and_is_seeded():
         model = EncoderDecoder(Seq2SeqEncoder(len(src_vocab), 8, 32),
                                AttentionDecoder(len(tgt_vocab), 8, 32, DotProductAttention()))
         return train_seq2seq(model, X, X_valid_lens, Y, Y_valid_lens, steps=40, batch_size=16,
-                             lr=0.02, seed=1, max_grad_norm=1.0)
+                             lr=0.02, seed=1, clip=1.0)
 
     losses = run()
     assert len(losses) == 40 and losses[-1] < 0.7 * losses[0]
     assert run() == losses  # same seeds, same run
-    for bad in (dict(steps=0), dict(steps=2, lr=0.0), dict(steps=2, max_grad_norm=-1.0),
+    for bad in (dict(steps=0), dict(steps=2, lr=0.0), dict(steps=2, clip=-1.0),
                 dict(steps=2, batch_size=0)):
         with pytest.raises(ValueError):
             train_seq2seq(make_model("dot"), X, X_valid_lens, Y, Y_valid_lens, **bad)

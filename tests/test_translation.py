@@ -34,6 +34,31 @@ def test_markup_tokens():
     assert book.markup("$\\mathbf K$ 的{term}`查询`是 `queries`。") != tokens
 
 
+def test_words_inside_text_in_math_may_be_translated_symbols_may_not():
+    """Issue 38's leftover: ``\\text{...}`` holds words; the symbols around it are compared."""
+    msgid = "The cache holds $2 \\times 4 \\text{ layers} \\times 128 \\times 4 \\text{ bytes}$."
+    # the words inside \text translated: the markup is kept (this failed before the masking)
+    assert book.markup(msgid) == book.markup(
+        "缓存保存 $2 \\times 4 \\text{ 层} \\times 128 \\times 4 \\text{ 字节}$。")
+    # a symbol outside \text changed, a \text dropped, or \text turned into \mathrm: still caught
+    for wrong in ("$2 \\times 8 \\text{ 层} \\times 128 \\times 4 \\text{ 字节}$",
+                  "$2 \\times 4 \\text{ 层} \\times 128 \\times 4$",
+                  "$2 \\times 4 \\mathrm{ 层} \\times 128 \\times 4 \\text{ 字节}$"):
+        assert book.markup(wrong) != book.markup(msgid), wrong
+    # \mathrm and \operatorname name symbols: their arguments are compared
+    assert book.markup("$\\mathrm{pos}$") != book.markup("$\\mathrm{位置}$")
+    assert book.markup("$\\operatorname{softmax}$") != book.markup("$\\operatorname{软}$")
+    # nested and escaped braces stay inside the masked argument
+    assert book.mask_prose_in_math("a \\text{b {c} \\} d} e") == "a \\text{…} e"
+    # display math: the block is compared whole, words in \text aside
+    block = "\n m_{ij} = \\begin{cases} 1 & j < \\ell_i \\\\ 0 & \\text{otherwise,} \\end{cases}\n"
+    assert book.is_display_math(block) and not book.is_display_math("A paragraph $x$.")
+    assert not book.display_math_changed(block, block.replace("otherwise,", "其他情况，"))
+    assert book.display_math_changed(block, block.replace("j < \\ell_i", "j \\le \\ell_i"))
+    assert book.display_math_changed(block, block.replace("\\text{otherwise,}", "otherwise,"))
+    assert not book.display_math_changed("A paragraph $x$.", "一段 $y$。")  # inline: markup()
+
+
 def test_every_message_translated_none_fuzzy_none_stale():
     problems = book.check_po()
     assert problems == [], "\n".join(problems[:20])

@@ -651,8 +651,53 @@ def _role_target(text: str) -> str:
     return (match.group(1) if match else text).strip()
 
 
+#: LaTeX commands whose argument is prose, which a translation may translate: ``\\text{otherwise}``.
+#: (``\\mathrm`` and ``\\operatorname`` name symbols, ``\\mathrm{pos}``, and stay compared.)
+_PROSE_IN_MATH = re.compile(r"\\(?:text|textrm|mbox)\s*\{")
+
+
+def mask_prose_in_math(formula: str) -> str:
+    """``formula`` with the argument of every ``\\text{...}`` (``\\textrm``, ``\\mbox``) replaced by
+    ``…``, nested braces and escaped braces included, so that its words may be translated while
+    the symbols around them are still compared. An unclosed brace masks to the end.
+
+    Example:
+        >>> mask_prose_in_math(r"x_i \\text{ if } i \\in \\text{a set {A}}, 0 \\textrm{else}")
+        'x_i \\\\text{…} i \\\\in \\\\text{…}, 0 \\\\textrm{…}'
+    """
+    out, i = [], 0
+    for match in _PROSE_IN_MATH.finditer(formula):
+        if match.start() < i:  # inside an argument already masked
+            continue
+        out.append(formula[i:match.end()])
+        depth, j = 1, match.end()
+        while j < len(formula) and depth:
+            if formula[j] == "\\":
+                j += 2
+                continue
+            depth += {"{": 1, "}": -1}.get(formula[j], 0)
+            j += 1
+        out.append("…}" if depth == 0 else "…")
+        i = j
+    return "".join(out) + formula[i:]
+
+
+def is_display_math(msgid: str) -> bool:
+    """Whether a message is a display-math block (``$$ ... $$`` or ``{math}``): in the
+    catalogues such a block's message is its LaTeX, which begins with a newline; a paragraph's
+    never does. Its formula is compared whole, like inline math, words in ``\\text`` aside."""
+    return msgid.startswith("\n") and bool(msgid.strip())
+
+
+def display_math_changed(msgid: str, msgstr: str) -> bool:
+    """Whether the translation of a display-math message changed more than words in ``\\text``."""
+    return is_display_math(msgid) and (
+        mask_prose_in_math(msgid.strip()) != mask_prose_in_math(msgstr.strip()))
+
+
 def markup(message: str) -> Counter:
-    """The markup tokens of one message that a translation must keep."""
+    """The markup tokens of one message that a translation must keep. In math, the words inside
+    ``\\text{...}`` may change (:func:`mask_prose_in_math`); every symbol outside must not."""
     tokens: Counter = Counter()
     without_roles = message
     for role, text in _ROLE.findall(message):
@@ -661,7 +706,7 @@ def markup(message: str) -> Counter:
     for code in _CODE.findall(without_roles):
         tokens[("code", code)] += 1
     for formula in _MATH.findall(_CODE.sub(" ", without_roles)):
-        tokens[("math", formula)] += 1
+        tokens[("math", mask_prose_in_math(formula))] += 1
     for url in _URL.findall(without_roles):
         tokens[("link", url)] += 1
     return tokens
@@ -705,6 +750,9 @@ def check_po(pots: Path | None = None) -> List[str]:
                     )
                 for problem in style_problems(msgid, msgstr):
                     problems.append(f"{page}: {problem} in {_short(msgstr)}")
+                if msgstr.strip() and display_math_changed(msgid, msgstr):
+                    problems.append(f"{page}: display math changed in {_short(msgid)}: only the "
+                                    "words inside \\text{{...}} may be translated")
                 if msgstr.strip() and markup(msgid) != markup(msgstr):
                     lost = markup(msgid) - markup(msgstr)
                     added = markup(msgstr) - markup(msgid)
