@@ -1057,6 +1057,60 @@ def test_both_languages_share_one_mathjax_and_only_the_search_page_loads_the_ind
                 assert "searchindex.js" not in (site / rel).read_text(encoding="utf-8"), rel
 
 
+def test_the_chinese_site_keeps_only_the_images_and_sources_that_differ(site):
+    """The plots are the same notebooks' outputs in both languages: the Chinese site keeps
+    no byte-identical copy of an English image or page source (about 5 MB of plots were
+    copied twice), and every link of a Chinese page into _images/ or _sources/ finds its file,
+    the Chinese diagrams and notebooks in zh/, the shared plots in the English site."""
+    import re
+
+    for folder in ("_images", "_sources"):
+        mine, theirs = site / ZH / folder, site / folder
+        twins = [p.relative_to(mine).as_posix() for p in mine.rglob("*") if p.is_file()
+                 and (theirs / p.relative_to(mine)).is_file()
+                 and p.read_bytes() == (theirs / p.relative_to(mine)).read_bytes()]
+        assert twins == [], f"zh/{folder} copies {len(twins)} English files: {twins[:3]}"
+    linked, missing = 0, []
+    for rel in _pages(site):
+        if not rel.startswith(ZH):
+            continue
+        text = (site / rel).read_text(encoding="utf-8")
+        for url in re.findall(r'(?:src|href)="((?:\.\./)*(?:_images|_sources)/[^"#?]+)"', text):
+            linked += 1
+            if not (site / _resolve(rel, url)).is_file():
+                missing.append(f"{rel}: {url}")
+    assert missing == [] and linked >= 80, (linked, missing[:5])
+    assert any((site / ZH / "_images").glob("*.zh_CN.svg")), "the Chinese diagrams stay in zh/"
+
+
+def test_sharing_identical_files_relinks_the_pages(tmp_path):
+    """tools/book.py's share_identical: a twin of an English file goes and its links gain one
+    ../; a file that differs (a Chinese diagram, a Chinese notebook) stays, linked as before."""
+    tool = book_tool()
+    en, zh = tmp_path / "html", tmp_path / "html" / "zh"
+    for root, diagram, notebook in ((en, b"<svg>en</svg>", b"{en}"), (zh, b"<svg>zh</svg>", b"{zh}")):
+        (root / "_images").mkdir(parents=True)
+        (root / "_images" / "plot.png").write_bytes(b"PNG same")
+        (root / "_images" / "d.svg").write_bytes(diagram)
+        (root / "_sources" / "book").mkdir(parents=True)
+        (root / "_sources" / "book" / "ch1.ipynb").write_bytes(notebook)
+        (root / "_sources" / "book" / "preface.md").write_bytes(b"# same")
+    (zh / "book").mkdir()
+    page = zh / "book" / "ch1.html"
+    page.write_text('<img src="../_images/plot.png"><img src="../_images/d.svg">'
+                    '<a href="../_images/plot.png">x</a><a href="../_sources/book/ch1.ipynb">'
+                    '<a href="../_sources/book/preface.md">', encoding="utf-8")
+    assert tool.share_identical(en, zh, "_images") == (1, 8)
+    assert tool.share_identical(en, zh, "_sources") == (1, 6)
+    assert page.read_text(encoding="utf-8") == (
+        '<img src="../../_images/plot.png"><img src="../_images/d.svg">'
+        '<a href="../../_images/plot.png">x</a><a href="../_sources/book/ch1.ipynb">'
+        '<a href="../../_sources/book/preface.md">')
+    assert not (zh / "_images" / "plot.png").exists() and (zh / "_images" / "d.svg").is_file()
+    assert (zh / "_sources" / "book" / "ch1.ipynb").is_file()
+    assert tool.share_identical(en, zh, "_images") == (0, 0)  # nothing left to share
+
+
 # Every element that draws Chinese text, with the font family it is drawn in.
 CJK_FONTS = """(cjk) => {
   const re = new RegExp(cjk), bad = [];
