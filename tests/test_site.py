@@ -456,6 +456,13 @@ MOVE_AND_READ = """([index, combo]) => {
       bars: [...box.querySelectorAll('rect.d2lattn-viz-bar')].map(
         r => [Number(r.dataset.value), Number(r.getAttribute('height'))]),
       cells: [...box.querySelectorAll('rect.d2lattn-viz-cell')].map(r => Number(r.dataset.value)),
+      cellLabels: [...box.querySelectorAll('rect.d2lattn-viz-cell')].map(r => r.dataset.label ?? null),
+      cellGroups: [...box.querySelectorAll('rect.d2lattn-viz-cell')].map(
+        r => r.dataset.group === undefined ? null : [r.dataset.group, r.getAttribute('fill')]),
+      labelsShown: [...box.querySelectorAll('text.d2lattn-viz-cell-label')].map(
+        e => [e.dataset.label, e.textContent]),
+      legend: [...box.querySelectorAll('rect.d2lattn-viz-legend')].map(
+        r => [r.getAttribute('fill'), r.nextSibling ? r.nextSibling.textContent : '']),
       lines: Object.fromEntries([...box.querySelectorAll('path.d2lattn-viz-line')].map(
         p => [p.dataset.label, JSON.parse(p.dataset.value)])),
       nums: [...box.querySelectorAll('.d2lattn-viz-num')].map(
@@ -508,6 +515,26 @@ def _close(a: float, b: float, digits: int) -> bool:
     return abs(a - b) <= 0.5 * 10.0 ** -digits + 1e-9
 
 
+def _check_grid_owners(panel, parts, drawn, flat, where) -> None:
+    """A grid whose cells carry labels and groups (chapter 15's memory pool): each cell shows
+    its own label, each group has one colour of its own (its legend's), a cell of no group is
+    white, and the legend names every group and the cells of none."""
+    if "labels" in parts:
+        labels = flat(parts["labels"])
+        assert drawn["cellLabels"] == labels, where
+        assert drawn["labelsShown"] == [[x, x] for x in labels if x], where
+    if "groups" not in parts:
+        assert all(g is None for g in drawn["cellGroups"]), where
+        return
+    names = panel["groups"] + ([panel["ungrouped"]] if panel.get("ungrouped") else [])
+    assert [name for _, name in drawn["legend"]] == names, where
+    legend = [fill for fill, _ in drawn["legend"]]
+    assert len(set(legend)) == len(legend), f"{where}: two legend entries share a colour"
+    for want, (group, fill) in zip(flat(parts["groups"]), drawn["cellGroups"]):
+        assert group == ("" if want is None else str(want)), where
+        assert fill == (legend[want] if want is not None else "#fff"), where
+
+
 def test_interactive_figures_draw_the_computed_numbers(site, base_url, browser):
     """Every interactive figure: move each control, and check that the numbers drawn for that
     setting (bars, grid cells, lines, printed values) are the numbers the chapter's Python code
@@ -553,7 +580,10 @@ def test_interactive_figures_draw_the_computed_numbers(site, base_url, browser):
                             scale = pos[0][1] / pos[0][0]
                             assert all(abs(h - v * scale) < 0.5 for v, h in pos), where
                     elif panel["type"] == "grid":
-                        assert drawn["cells"] == [v for row in want for v in row], where
+                        parts = want if isinstance(want, dict) else {"values": want}
+                        flat = lambda rows: [x for row in rows for x in row]  # noqa: E731
+                        assert drawn["cells"] == flat(parts["values"]), where
+                        _check_grid_owners(panel, parts, drawn, flat, where)
                     elif panel["type"] == "lines":
                         assert drawn["lines"] == want, where
                     else:
