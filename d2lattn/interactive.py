@@ -15,11 +15,16 @@ Data layout (all of it JSON, numbers rounded to ``digits`` decimals):
   are the labels shown for each choice; ``initial`` is the index chosen at first.
 * ``panels``: a list of ``{"name", "type", "title", ...}``. ``type`` is ``"bars"`` (needs
   ``labels``; optional ``ymin``/``ymax``), ``"grid"`` (needs ``rows`` and ``cols``; optional
-  ``vmax`` and ``boolean``), ``"lines"`` (needs ``x``; optional ``static``: a list of
-  ``{"label", "y"}``, and ``points``: ``{"x", "y"}`` drawn as dots) or ``"readout"``.
+  ``vmax``, ``boolean``, and ``groups``: the names of the groups a cell may belong to, each
+  drawn in its own colour with a legend, plus ``ungrouped``: the legend's name for cells of no
+  group), ``"lines"`` (needs ``x``; optional ``static``: a list of ``{"label", "y"}``, and
+  ``points``: ``{"x", "y"}`` drawn as dots) or ``"readout"``.
 * ``frames``: one entry per combination of control indices, keyed ``"i,j,..."`` (see
   :func:`frame_key`), mapping each panel name to its numbers for that setting: a list (bars), a
-  list of rows (grid), ``{label: list}`` (lines) or ``{label: number}`` (readout).
+  list of rows (grid), ``{label: list}`` (lines) or ``{label: number}`` (readout). A grid's
+  cells may also carry a label and a group each: its entry is then ``{"values": rows,
+  "labels": rows of strings, "groups": rows of group indices or None}`` (either of the last two
+  may be left out; a label is drawn in its cell instead of the number, "" draws none).
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["InteractiveFigure", "frame_key", "set_language", "translate_data"]
+__all__ = ["InteractiveFigure", "frame_key", "grid_parts", "set_language", "translate_data"]
 
 CONTROL_TYPES = ("slider", "select", "tokens")
 PANEL_TYPES = ("bars", "grid", "lines", "readout")
@@ -48,6 +53,45 @@ def frame_key(*indices: int) -> str:
     '2,0'
     """
     return ",".join(str(int(i)) for i in indices)
+
+
+def grid_parts(value: Any) -> tuple[list, list | None, list | None]:
+    """(values, labels, groups) of a grid panel's entry in a frame: a plain list of rows has
+    neither labels nor groups (None).
+
+    >>> grid_parts({"values": [[0.5, 0.0]], "labels": [["a0", ""]], "groups": [[0, None]]})
+    ([[0.5, 0.0]], [['a0', '']], [[0, None]])
+    >>> grid_parts([[1.0]])
+    ([[1.0]], None, None)
+    """
+    if isinstance(value, Mapping):
+        return list(value["values"]), value.get("labels"), value.get("groups")
+    return list(value), None, None
+
+
+def _check_grid(panel: Mapping[str, Any], value: Any, where: str) -> None:
+    # A grid's entry in one frame: rows of numbers, or {"values", "labels", "groups"} of one shape.
+    if isinstance(value, Mapping):
+        unknown = set(value) - {"values", "labels", "groups"}
+        if "values" not in value or unknown:
+            raise ValueError(f"{where}: a grid entry that is a dict needs 'values' and may have "
+                             f"'labels' and 'groups', got the keys {sorted(value)}")
+    values, labels, groups = grid_parts(value)
+    shape = [len(row) for row in values]
+    for name, rows in (("labels", labels), ("groups", groups)):
+        if rows is not None and [len(row) for row in rows] != shape:
+            raise ValueError(f"{where}: {name} must have the shape of values (rows of "
+                             f"{shape}), got rows of {[len(row) for row in rows]}")
+    if labels is not None and not all(isinstance(x, str) for row in labels for x in row):
+        raise ValueError(f"{where}: labels must be strings (\"\" for none)")
+    if groups is not None:
+        n = len(panel.get("groups", []))
+        bad = [g for row in groups for g in row
+               if g is not None and (isinstance(g, bool) or not isinstance(g, int)
+                                     or not 0 <= g < n)]
+        if bad:
+            raise ValueError(f"{where}: groups must be None or an index into the panel's "
+                             f"{n} groups, got {bad[0]!r}")
 
 
 def _rounded(obj: Any, digits: int) -> Any:
@@ -108,7 +152,8 @@ def set_language(language: str | None, *, catalogue: str | Path | None = None) -
 def translate_data(data: Mapping[str, Any], table: Mapping[str, str]) -> dict[str, Any]:
     """A copy of a figure's data (:meth:`InteractiveFigure.data`) with every string that
     ``table`` translates replaced: title, caption, control labels and values, panel titles,
-    row, column and bar labels, line and readout names. Numbers are untouched.
+    row, column and bar labels, a grid's group names, line and readout names. Numbers and the
+    labels of a grid's cells (data, like a request's name) are untouched.
 
     >>> translate_data({"title": "weights", "caption": "", "controls": [], "panels": [],
     ...                 "frames": {}}, {"weights": "权重"})["title"]
@@ -123,7 +168,9 @@ def translate_data(data: Mapping[str, Any], table: Mapping[str, str]) -> dict[st
     keyed = []
     for panel in out["panels"]:
         panel["title"] = t(panel.get("title", ""))
-        for field in ("rows", "cols", "labels"):
+        if "ungrouped" in panel:
+            panel["ungrouped"] = t(panel["ungrouped"])
+        for field in ("rows", "cols", "labels", "groups"):
             if field in panel:
                 panel[field] = [t(v) for v in panel[field]]
         for series in panel.get("static", []):
@@ -187,6 +234,9 @@ class InteractiveFigure:
             missing = [n for n in names if n not in frame]
             if missing:
                 raise ValueError(f"frames[{key!r}] lacks the panels {missing}")
+            for panel in self.panels:
+                if panel["type"] == "grid":
+                    _check_grid(panel, frame[panel["name"]], f"frames[{key!r}][{panel['name']!r}]")
             self.frames[key] = _rounded({n: frame[n] for n in names}, digits)
 
     @staticmethod
@@ -215,6 +265,10 @@ class InteractiveFigure:
             if field not in panel:
                 raise ValueError(f"a {panel['type']} panel lacks the field {field!r}")
         panel.setdefault("title", "")
+        if panel["type"] == "grid" and "groups" in panel:
+            if not panel["groups"] or not all(isinstance(g, str) for g in panel["groups"]):
+                raise ValueError(f"grid panel {panel['name']!r}: groups must be a non-empty "
+                                 f"list of names, got {panel['groups']!r}")
         return panel
 
     def __repr__(self) -> str:
@@ -239,14 +293,25 @@ class InteractiveFigure:
                 body = "".join(f"<tr><td>{html.escape(str(a))}</td><td>{fmt.format(b)}</td></tr>"
                                for a, b in rows)
             elif panel["type"] == "grid":
+                values, labels, groups = grid_parts(values)
                 # headers over the columns this setting has (a grid may shrink with a control)
                 cols = panel["cols"][: len(values[0]) if values else 0]
                 head = "<tr><th></th>" + "".join(f"<th>{html.escape(str(c))}</th>"
                                                  for c in cols) + "</tr>"
+
+                def cell(i: int, j: int, v: float) -> str:
+                    # a cell's own label, else its group's name, then its number
+                    name = labels[i][j] if labels is not None else ""
+                    if not name and groups is not None:
+                        g = groups[i][j]
+                        name = panel["groups"][g] if g is not None else panel.get("ungrouped", "")
+                    number = fmt.format(v)
+                    return f"{html.escape(name)} ({number})" if name else number
+
                 body = head + "".join(
                     f"<tr><th>{html.escape(str(r))}</th>"
-                    + "".join(f"<td>{fmt.format(v)}</td>" for v in row) + "</tr>"
-                    for r, row in zip(panel["rows"], values))
+                    + "".join(f"<td>{cell(i, j, v)}</td>" for j, v in enumerate(row)) + "</tr>"
+                    for i, (r, row) in enumerate(zip(panel["rows"], values)))
             elif panel["type"] == "readout":
                 body = "".join(f"<tr><td>{html.escape(k)}</td><td>{fmt.format(v)}</td></tr>"
                                for k, v in values.items())

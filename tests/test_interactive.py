@@ -127,3 +127,67 @@ def test_a_chinese_notebook_draws_its_figures_in_chinese(tmp_path):
     # the book's own catalogue is where a re-run Chinese notebook finds it
     interactive.set_language("zh_CN")
     interactive.set_language(None)
+
+
+def _pool(**panel_overrides):
+    """A grid whose cells carry an owner (group) and a label: chapter 15's memory pool."""
+    panel = {"name": "pool", "type": "grid", "rows": ["0-1"], "cols": ["0", "1"], "vmax": 1,
+             "groups": ["a", "b"], "ungrouped": "free"}
+    panel.update(panel_overrides)
+    frames = {frame_key(0): {"pool": {"values": [[0.5, 0.0]], "groups": [[1, None]],
+                                      "labels": [["b0", ""]]}},
+              frame_key(1): {"pool": {"values": [[1.0, 0.25]], "groups": [[1, 0]],
+                                      "labels": [["b0", "a0"]]}}}
+    return panel, frames
+
+
+def test_grid_cells_carry_their_owner_and_label():
+    """A grid cell can name what it belongs to: the data keeps each cell's group and label per
+    frame, and the static table shows the label (else the group's name, or the legend's name
+    for no group) beside each number."""
+    panel, frames = _pool()
+    fig = InteractiveFigure("pool", controls=[{"name": "s", "label": "step", "values": [0, 1]}],
+                            panels=[panel], frames=frames, digits=2)
+    _, data = _payload(fig)
+    assert data["panels"][0]["groups"] == ["a", "b"] and data["panels"][0]["ungrouped"] == "free"
+    assert data["frames"]["1"]["pool"] == {"values": [[1.0, 0.25]], "groups": [[1, 0]],
+                                           "labels": [["b0", "a0"]]}
+    cells = re.findall(r"<td>(.*?)</td>", fig._fallback())
+    assert cells == ["b0 (0.50)", "free (0.00)"]
+    # without labels the group names the cell, and a cell of no group is named by "ungrouped"
+    frames = {k: {"pool": {"values": v["pool"]["values"], "groups": v["pool"]["groups"]}}
+              for k, v in frames.items()}
+    fig = InteractiveFigure("pool", controls=[{"name": "s", "label": "step", "values": [0, 1]}],
+                            panels=[panel], frames=frames, digits=2)
+    assert re.findall(r"<td>(.*?)</td>", fig._fallback()) == ["b (0.50)", "free (0.00)"]
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda f: f["0"]["pool"].update(labels=[["b0"]]), "labels must have the shape"),
+    (lambda f: f["0"]["pool"].update(groups=[[2, None]]), "index into the panel's 2 groups"),
+    (lambda f: f["0"]["pool"].update(groups=[[True, None]]), "index into"),
+    (lambda f: f["0"]["pool"].update(labels=[["b0", 3]]), "labels must be strings"),
+    (lambda f: f["0"]["pool"].update(colour=[["red", ""]]), "may have 'labels' and 'groups'"),
+    (lambda f: f["0"]["pool"].pop("values"), "needs 'values'"),
+])
+def test_grid_labels_and_groups_are_checked(change, message):
+    panel, frames = _pool()
+    change(frames)
+    with pytest.raises(ValueError, match=message):
+        InteractiveFigure("pool", controls=[{"name": "s", "label": "step", "values": [0, 1]}],
+                          panels=[panel], frames=frames)
+    panel, frames = _pool(groups=[])
+    with pytest.raises(ValueError, match="groups must be a non-empty list"):
+        InteractiveFigure("pool", controls=[{"name": "s", "label": "step", "values": [0, 1]}],
+                          panels=[panel], frames=frames)
+
+
+def test_translation_names_groups_and_free_cells_but_keeps_cell_labels():
+    from d2lattn.interactive import translate_data
+
+    panel, frames = _pool()
+    fig = InteractiveFigure("pool", controls=[{"name": "s", "label": "step", "values": [0, 1]}],
+                            panels=[panel], frames=frames)
+    data = translate_data(fig.data(), {"free": "空闲", "a": "甲", "b0": "乙0"})
+    assert data["panels"][0]["ungrouped"] == "空闲" and data["panels"][0]["groups"] == ["甲", "b"]
+    assert data["frames"]["1"]["pool"]["labels"] == [["b0", "a0"]]  # data, not words

@@ -153,6 +153,10 @@ def build(strict: bool = False, languages: Iterable[str] = ("en", "zh"),
             print("Chinese site: MathJax shared with the English site", flush=True)
         if share_archive(BUILD / "html", target):
             print("Chinese site: one notebooks' archive for both languages", flush=True)
+        for folder in SHARED_FOLDERS:
+            shared = share_identical(BUILD / "html", target, folder)
+            print(f"Chinese site: {shared[0]} files of {folder}/ ({shared[1] / 1e6:.1f} MB) "
+                  "shared with the English site", flush=True)
         print(f"Chinese site: {target.relative_to(ROOT)}/index.html "
               f"({time.perf_counter() - zh_started:.0f} s, {_cpu() - zh_cpu:.0f} s CPU)",
               flush=True)
@@ -196,6 +200,51 @@ def share_mathjax(site: Path, sub: Path) -> bool:
             page.write_text(new, encoding="utf-8")
     shutil.rmtree(mine)
     return True
+
+
+#: Folders of which the Chinese site keeps only what differs from the English site's copy:
+#: the plots (the same notebooks' outputs) and the page sources that are not translated.
+SHARED_FOLDERS = ("_images", "_sources")
+
+
+def share_identical(site: Path, sub: Path, folder: str) -> Tuple[int, int]:
+    """Each file of ``sub/folder`` that is byte for byte the English site's ``site/folder`` file
+    of the same name is removed, and the Chinese pages that link it (``src=`` or ``href=``)
+    link the English site's copy (``../`` once more). What differs stays: the Chinese diagrams,
+    the Chinese notebooks that the download button offers. The Chinese site lives inside the
+    English one (``zh/``) and already loads the English site's MathJax and archive, so it
+    leans on no file it did not lean on before. Returns (files shared, bytes saved)."""
+    mine, theirs = sub / folder, site / folder
+    if not mine.is_dir() or not theirs.is_dir():
+        return 0, 0
+    shared = {}
+    for path in mine.rglob("*"):
+        other = theirs / path.relative_to(mine)
+        if (path.is_file() and other.is_file() and path.stat().st_size == other.stat().st_size
+                and path.read_bytes() == other.read_bytes()):
+            shared[path.relative_to(mine).as_posix()] = path
+    if not shared:
+        return 0, 0
+    link = re.compile(r'((?:src|href)=")((?:\.\./)*)' + re.escape(folder) + r'/([^"#?]+)')
+
+    def relink(m: "re.Match[str]") -> str:
+        if m.group(3) not in shared:
+            return m.group(0)
+        return f"{m.group(1)}{m.group(2)}../{folder}/{m.group(3)}"
+
+    for page in sub.rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        new = link.sub(relink, text)
+        if new != text:
+            page.write_text(new, encoding="utf-8")
+    saved = 0
+    for path in shared.values():
+        saved += path.stat().st_size
+        path.unlink()
+    for folder_left in sorted((p for p in mine.rglob("*") if p.is_dir()), reverse=True):
+        if not any(folder_left.iterdir()):
+            folder_left.rmdir()
+    return len(shared), saved
 
 
 ARCHIVE_NAME = "how-attention-works-notebooks.zip"  # book/_ext/d2lattn_common.py

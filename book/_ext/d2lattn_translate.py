@@ -76,7 +76,9 @@ def viz_strings(spec: Mapping[str, Any]) -> Tuple[List[str], List[str]]:
     for panel in spec["panels"]:
         if panel.get("title"):
             required.append(panel["title"])
-        for field in ("rows", "cols", "labels"):
+        if panel.get("ungrouped"):  # a grid's legend entry for cells of no group ("free")
+            required.append(panel["ungrouped"])
+        for field in ("rows", "cols", "labels", "groups"):
             optional += [str(v) for v in panel.get(field, []) if isinstance(v, str)]
         if panel["type"] in ("readout", "lines"):
             required += list(first[panel["name"]])

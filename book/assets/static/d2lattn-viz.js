@@ -11,6 +11,10 @@
   "use strict";
   var SVG = "http://www.w3.org/2000/svg";
   var COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"];
+  // A grid's groups (the requests that own a cache's blocks): one colour each, matplotlib's
+  // tab10 without its grey, which would read as "no group".
+  var GROUP_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
+                      "#e377c2", "#bcbd22", "#17becf"];
 
   function el(tag, attrs, parent, ns) {
     var node = ns ? document.createElementNS(SVG, tag) : document.createElement(tag);
@@ -23,6 +27,11 @@
   }
   function svg(tag, attrs, parent) { return el(tag, attrs, parent, true); }
   function fmt(v, digits) { return Number(v).toFixed(digits); }
+  // A grid's entry in a frame: rows of numbers, or {values, labels, groups} (d2lattn.interactive).
+  function gridParts(v) {
+    return Array.isArray(v) ? { values: v, labels: null, groups: null }
+      : { values: v.values, labels: v.labels || null, groups: v.groups || null };
+  }
 
   // The words the script writes itself, in the page's language (a figure's own strings come
   // translated in its data: book/_ext/d2lattn_translate.py).
@@ -52,7 +61,9 @@
         out[panel.name] = names;
       } else if (panel.type === "bars" || panel.type === "grid") {
         out[panel.name] = keys.every(function (k) {
-          return [].concat.apply([], [spec.frames[k][panel.name]]).every(function (row) {
+          var v = spec.frames[k][panel.name];
+          if (panel.type === "grid") v = gridParts(v).values;
+          return [].concat.apply([], [v]).every(function (row) {
             return Array.isArray(row) ? row.every(isInt) : isInt(row);
           });
         });
@@ -88,10 +99,32 @@
     });
   }
 
-  function drawGrid(box, panel, rows, digits) {
+  // A grid's legend, under it: one swatch per group, then the cells of no group.
+  function legendItems(panel) {
+    var items = (panel.groups || []).map(function (name, g) {
+      return { name: String(name), fill: GROUP_COLORS[g % GROUP_COLORS.length], free: false };
+    });
+    if (panel.groups && panel.ungrouped) items.push({ name: panel.ungrouped, fill: "#fff", free: true });
+    return items;
+  }
+  function layoutLegend(items, width) {
+    var x = 0, y = 0, placed = [];
+    items.forEach(function (it) {
+      var w = 18 + 7 * Array.from(it.name).reduce(function (n, ch) {  // CJK characters are wide
+        return n + (ch.charCodeAt(0) > 0x2e80 ? 1.6 : 1); }, 0) + 10;
+      if (x > 0 && x + w > width) { x = 0; y += 16; }
+      placed.push({ item: it, x: x, y: y });
+      x += w;
+    });
+    return { placed: placed, height: items.length ? y + 16 : 0 };
+  }
+
+  function drawGrid(box, panel, value, digits) {
+    var parts = gridParts(value), rows = parts.values, labels = parts.labels, groups = parts.groups;
     var nr = rows.length, nc = rows[0].length, cell = Math.max(18, Math.min(40, 360 / nc));
     var left = 8 + 7 * Math.max.apply(null, panel.rows.map(function (r) { return String(r).length; }));
-    var top = 22, W = left + nc * cell + 8, H = top + nr * cell + 8;
+    var legend = layoutLegend(legendItems(panel), nc * cell);
+    var top = 22, W = left + nc * cell + 8, H = top + nr * cell + 8 + (legend.height ? legend.height + 6 : 0);
     var vmax = panel.vmax || Math.max(1e-9, Math.max.apply(null, rows.map(function (r) {
       return Math.max.apply(null, r.map(Math.abs)); })));
     var s = svg("svg", { width: W, height: H, viewBox: "0 0 " + W + " " + H, role: "img" }, box);
@@ -104,16 +137,49 @@
                     "font-size": 10, text: String(panel.rows[i]) }, s);
       row.forEach(function (v, j) {
         var on = panel.boolean ? (v ? 1 : 0) : Math.abs(v) / vmax;
-        svg("rect", { x: left + j * cell, y: top + i * cell, width: cell - 1, height: cell - 1,
-                      fill: COLORS[0], "fill-opacity": 0.08 + 0.92 * on, stroke: "#ddd",
-                      "class": "d2lattn-viz-cell", "data-value": v }, s);
-        if (!panel.boolean && cell >= 26) {
+        var color = COLORS[0], opacity = 0.08 + 0.92 * on, g = groups ? groups[i][j] : null;
+        var label = labels ? labels[i][j] : null;
+        var attrs = { x: left + j * cell, y: top + i * cell, width: cell - 1, height: cell - 1,
+                      fill: color, "fill-opacity": opacity, stroke: "#ddd",
+                      "class": "d2lattn-viz-cell", "data-value": v };
+        if (groups) {
+          // a group's cells in its colour (shaded by the value, never too faint to name the
+          // colour); a cell of no group white, with a dashed edge
+          attrs["data-group"] = g === null ? "" : g;
+          if (g === null) {
+            color = "#fff"; opacity = 1;
+            attrs.fill = color; attrs["fill-opacity"] = 1; attrs.stroke = "#999";
+            attrs["stroke-dasharray"] = "3 2";
+          } else {
+            color = GROUP_COLORS[g % GROUP_COLORS.length]; opacity = 0.3 + 0.7 * on;
+            attrs.fill = color; attrs["fill-opacity"] = opacity;
+          }
+        }
+        if (labels) attrs["data-label"] = label;
+        svg("rect", attrs, s);
+        if (labels) {
+          if (label) {
+            svg("text", { x: left + (j + 0.5) * cell, y: top + (i + 0.62) * cell,
+                          "text-anchor": "middle", "font-size": cell >= 26 ? 10 : 9,
+                          fill: textOn(color, opacity), "class": "d2lattn-viz-cell-label",
+                          "data-label": label, text: label }, s);
+          }
+        } else if (!panel.boolean && cell >= 26) {
           svg("text", { x: left + (j + 0.5) * cell, y: top + (i + 0.62) * cell,
                         "text-anchor": "middle", "font-size": 9,
                         fill: textOn(COLORS[0], panel.boolean ? (v ? 1 : 0.08) : 0.08 + 0.92 * on),
                         "class": "d2lattn-viz-num", "data-value": v, text: fmt(v, Math.min(digits, 2)) }, s);
         }
       });
+    });
+    var ly = top + nr * cell + 12;
+    legend.placed.forEach(function (p) {
+      var x = left + p.x, y = ly + p.y;
+      var sw = { x: x, y: y, width: 12, height: 12, fill: p.item.fill, stroke: p.item.free ? "#999" : "none",
+                 "class": "d2lattn-viz-legend" };
+      if (p.item.free) sw["stroke-dasharray"] = "3 2";
+      svg("rect", sw, s);
+      svg("text", { x: x + 16, y: y + 10, "font-size": 10, fill: "#222", text: p.item.name }, s);
     });
   }
 
@@ -236,16 +302,24 @@
           el("td", { text: f(x, integers[panel.name]) }, tr);
         });
       } else if (panel.type === "grid") {
-        var head = el("tr", {}, t);
+        var parts = gridParts(v), head = el("tr", {}, t);
         el("td", {}, head);
-        panel.cols.slice(0, v[0].length).forEach(function (c) {
+        panel.cols.slice(0, parts.values[0].length).forEach(function (c) {
           el("th", { scope: "col", text: String(c) }, head);
         });
-        v.forEach(function (row, i) {
+        parts.values.forEach(function (row, i) {
           var tr = el("tr", {}, t);
           el("th", { scope: "row", text: String(panel.rows[i]) }, tr);
-          row.forEach(function (x) {
-            el("td", { text: panel.boolean ? (x ? "1" : "0") : f(x, integers[panel.name]) }, tr);
+          row.forEach(function (x, j) {
+            // as the static table (d2lattn.interactive): the cell's label, else its group's
+            // name, then its number
+            var number = panel.boolean ? (x ? "1" : "0") : f(x, integers[panel.name]);
+            var name = parts.labels ? parts.labels[i][j] : "";
+            if (!name && parts.groups) {
+              var g = parts.groups[i][j];
+              name = g === null ? (panel.ungrouped || "") : panel.groups[g];
+            }
+            el("td", { text: name ? name + " (" + number + ")" : number }, tr);
           });
         });
       } else if (panel.type === "lines") {
