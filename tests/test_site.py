@@ -16,7 +16,8 @@ every page and checks that
 - the Chinese edition (``zh/``) has every page of the English one, each page links to its
   translation and back (also from ``file://``), its prose is Chinese, its search finds Chinese
   words, and its Chinese text (the words inside formulas included) is drawn with the site's own
-  subset font, which covers every CJK character the site uses. (The Chinese pages also go through every check above.)
+  subset font, which covers every CJK character the site uses. (The Chinese pages also go
+  through every check above.)
 
 The site is taken from ``$D2LATTN_SITE_DIR`` (default: ``_build/html`` in the repository); it
 is built with ``python tools/book.py build`` (both languages) when missing. Chromium is Debian's ``chromium`` (or

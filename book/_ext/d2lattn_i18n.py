@@ -90,11 +90,12 @@ class TranslateDisplayMath(SphinxTransform):
         from sphinx.locale import init as init_locale
         from sphinx.util.i18n import docname_to_domain
 
-        if not self.config.language or self.config.language == "en" or self.app.builder.name == "gettext":
+        language = self.config.language
+        if not language or language == "en" or self.app.builder.name == "gettext":
             return
         textdomain = docname_to_domain(self.env.docname, self.config.gettext_compact)
         dirs = [path.join(self.env.srcdir, d) for d in self.config.locale_dirs]
-        catalog, has_catalog = init_locale(dirs, self.config.language, textdomain)
+        catalog, has_catalog = init_locale(dirs, language, textdomain)
         if not has_catalog:
             return
         for node in list(self.document.findall(nodes.math_block)):
