@@ -15,8 +15,9 @@ every page and checks that
   Python code computed for that setting, and its script loads on those pages only;
 - the Chinese edition (``zh/``) has every page of the English one, each page links to its
   translation and back (also from ``file://``), its prose is Chinese, its search finds Chinese
-  words, and its Chinese text is drawn with the site's own subset font, which covers every CJK
-  character the site uses. (The Chinese pages also go through every check above.)
+  words, and its Chinese text (the words inside formulas included) is drawn with the site's own
+  subset font, which covers every CJK character the site uses. (The Chinese pages also go
+  through every check above.)
 
 The site is taken from ``$D2LATTN_SITE_DIR`` (default: ``_build/html`` in the repository); it
 is built with ``python tools/book.py build`` (both languages) when missing. Chromium is Debian's ``chromium`` (or
@@ -1172,6 +1173,75 @@ def test_chinese_text_always_falls_back_to_the_shipped_font(site, base_url, brow
             got = page.evaluate(CJK_FONTS, CJK_CHAR)
             assert got["checked"] > 20 and got["bad"] == [], (media, rel, got)
     page.close()
+
+
+# Every element of a typeset formula (not MathJax's hidden MathML copy) whose own text holds
+# Chinese: its text, how many CJK characters, its font stack; each is marked for the CDP query.
+MATH_CJK = """(cjk) => {
+  const re = new RegExp(cjk, 'g'), out = [];
+  for (const el of document.querySelectorAll('.bd-article mjx-container mjx-math *')) {
+    const own = [...el.childNodes].filter(n => n.nodeType === 3).map(n => n.textContent).join('');
+    const chars = own.match(re);
+    if (!chars) continue;
+    el.setAttribute('data-cjk-in-math', String(out.length));
+    out.push({text: own, n: chars.length, family: getComputedStyle(el).fontFamily});
+  }
+  return out;
+}"""
+
+
+def _cjk_in_text_of_math(html_text: str) -> List[str]:
+    """The Chinese words inside ``\\text{}`` (``\\textrm``, ``\\mbox``) of a page's formulas, read
+    from the TeX that the page hands to MathJax."""
+    import re
+
+    args = re.findall(r"\\(?:text|textrm|mbox)\s*\{([^{}]*)\}", html_text)
+    return [a for a in args if re.search(CJK_CHAR, a)]
+
+
+def test_chinese_inside_formulas_is_drawn_with_the_shipped_font(site, base_url, browser):
+    """The Chinese words of the formulas (``\\text{层}``) are drawn with the shipped CJK font.
+    MathJax draws a character its fonts lack in its ``unknownFamily``, the generic ``serif``
+    unless _config.yml says otherwise: empty boxes on a machine without a CJK font. The font
+    stack alone proves little where a CJK font is installed (as here), so the browser is asked
+    (Chrome DevTools Protocol, ``CSS.getPlatformFontsForNode``) which font drew each glyph: every
+    CJK glyph of every formula must come from a web font, the shipped subset."""
+    import re
+
+    pages = {}
+    for path in sorted((site / ZH / "book").glob("*.html")):
+        words = _cjk_in_text_of_math(path.read_text(encoding="utf-8"))
+        if words:
+            pages[ZH + path.relative_to(site / ZH).as_posix()] = words
+    # chapters 2, 3, 4, 8, 11, 14 and 15 translate the words of their formulas
+    assert len(pages) >= 7, sorted(pages)
+    page = browser.context.new_page()
+    cdp = browser.context.new_cdp_session(page)
+    cdp.send("DOM.enable")
+    cdp.send("CSS.enable")
+    problems = []
+    for rel, words in pages.items():
+        _open(page, base_url, rel, site)
+        assert page.evaluate(WAIT_FOR_MATHJAX) is True, rel
+        page.evaluate("document.fonts.ready.then(() => true)")
+        drawn = page.evaluate(MATH_CJK, CJK_CHAR)
+        wanted = sum(len(re.findall(CJK_CHAR, w)) for w in words)
+        if sum(d["n"] for d in drawn) != wanted:
+            problems.append(f"{rel}: {wanted} CJK characters in \\text{{}}, {drawn} typeset")
+        root = cdp.send("DOM.getDocument", {"depth": 0})["root"]["nodeId"]
+        for d in drawn:
+            if "D2lattn CJK" not in d["family"]:
+                problems.append(f"{rel}: {d['text']!r} in {d['family']}")
+        for node in cdp.send("DOM.querySelectorAll", {"nodeId": root,
+                                                      "selector": "[data-cjk-in-math]"})["nodeIds"]:
+            index = int(dict(zip(*[iter(cdp.send("DOM.getAttributes", {"nodeId": node})
+                                       ["attributes"])] * 2))["data-cjk-in-math"])
+            fonts = cdp.send("CSS.getPlatformFontsForNode", {"nodeId": node})["fonts"]
+            shipped = sum(f["glyphCount"] for f in fonts if f["isCustomFont"])
+            if shipped != drawn[index]["n"]:
+                problems.append(f"{rel}: {drawn[index]['text']!r} drawn with {fonts}")
+    page.close()
+    assert problems == [], "\n".join(problems[:20])
 
 
 def test_chinese_figures_write_their_own_words_in_chinese(site, base_url, browser):

@@ -302,3 +302,12 @@ def test_translated_nodes_forget_their_message_documents():
     assert paragraph.document is message
     d2lattn_i18n.DropMessageDocuments.apply(SimpleNamespace(document=page))
     assert paragraph.document is page and getattr(paragraph, "_document", None) is None
+
+
+def test_downloaded_notebook_translates_the_words_of_display_formulas():
+    """A display formula's message is the text between its ``$$`` (check-po lets the words in
+    ``\\text{}`` be translated); the Chinese notebook carries the translated formula, label kept."""
+    table = {"\nx \\text{ bytes}\n": "\nx \\text{ 字节}\n"}
+    source = "$$\nx \\text{ bytes}\n$$ (eq-b)\n\n$$\ny \\text{ kept}\n$$"
+    assert translate.translate_markdown(source, table) == (
+        "$$\nx \\text{ 字节}\n$$ (eq-b)\n\n$$\ny \\text{ kept}\n$$")

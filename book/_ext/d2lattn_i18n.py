@@ -71,6 +71,42 @@ class KeepOutputsUntranslated(SphinxTransform):
                     node["translatable"] = False
 
 
+class TranslateDisplayMath(SphinxTransform):
+    """Put a display formula's translation (its words in ``\\text{}``) into the page.
+
+    Sphinx's ``Locale`` transform translates a ``math_block`` by parsing ``"::"`` plus the
+    indented message as reStructuredText's literal-block notation; the pages are MyST, where
+    that parses as the paragraph ``::``, so every translated display formula came out as
+    ``\\[::\\]``. This transform runs first (priority 19 < 20) and replaces the formula's
+    text with the catalogue's message; ``Locale`` then finds no message for the new text and
+    leaves it alone. Untranslated formulas (message equal to the source) are left as they are.
+    """
+
+    default_priority = 19
+
+    def apply(self, **kwargs) -> None:
+        from os import path
+
+        from sphinx.locale import init as init_locale
+        from sphinx.util.i18n import docname_to_domain
+
+        language = self.config.language
+        if not language or language == "en" or self.app.builder.name == "gettext":
+            return
+        textdomain = docname_to_domain(self.env.docname, self.config.gettext_compact)
+        dirs = [path.join(self.env.srcdir, d) for d in self.config.locale_dirs]
+        catalog, has_catalog = init_locale(dirs, language, textdomain)
+        if not has_catalog:
+            return
+        for node in list(self.document.findall(nodes.math_block)):
+            msg = node.rawsource or node.astext()
+            msgstr = catalog.gettext(msg)
+            if msgstr and msgstr != msg:
+                node.children = []
+                node += nodes.Text(msgstr)
+                node.rawsource = msgstr
+
+
 class SearchChineseQueries(SearchChinese):
     """Sphinx's Chinese search, with a query splitter that knows the index's words."""
 
@@ -325,6 +361,7 @@ def setup(app):
     app.connect("builder-inited", _override_interface_catalogues)
     app.connect("build-finished", _write_chinese_notebooks)
     app.add_transform(KeepOutputsUntranslated)
+    app.add_transform(TranslateDisplayMath)
     app.add_transform(DropMessageDocuments)
     app.add_search_language(SearchChineseQueries)
     app.connect("html-page-context", _switcher)

@@ -265,7 +265,13 @@ def translate_markdown(source: str, table: Table, missed: Optional[List[str]] = 
     missed = [] if missed is None else missed
     out = []
     for kind, block in _blocks(source):
-        if kind == "keep":
+        if kind == "keep" and block.lstrip().startswith("$$") and block.count("$$") >= 2:
+            # a display formula: its message is the text between the $$ (words in \\text{})
+            start = block.index("$$") + 2
+            end = block.rindex("$$")
+            formula = block[start:end]
+            out.append(block[:start] + table.get(formula, formula) + block[end:])
+        elif kind == "keep":
             out.append(block)
         elif kind == "text":
             out.append(_translate_text(block, table, missed))
