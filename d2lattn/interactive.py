@@ -467,12 +467,13 @@ class InteractiveFigure:
         return self
 
     def _spec(self) -> dict[str, Any]:
-        # What the script draws: the data, translated, with the language of the script's words.
+        # What the script draws: the data, translated, with the language of the script's words,
+        # its keys sorted as in the website's JSON (the order of a readout's rows).
         figure = self._shown()
         data = figure.data()
         if getattr(figure, "_lang", None):
             data["lang"] = figure._lang  # the script's own words (": ", "points") follow it
-        return data
+        return json.loads(json.dumps(data, ensure_ascii=False, sort_keys=True))
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> Any:
         """The live widget plus this HTML (see :func:`widgets_enabled`); None otherwise, so
@@ -488,8 +489,7 @@ class InteractiveFigure:
 
     def _repr_html_(self) -> str:
         shown = self._shown()
-        data = self._spec()
-        payload = json.dumps(data, ensure_ascii=False, sort_keys=True,
+        payload = json.dumps(self._spec(), ensure_ascii=False, sort_keys=True,
                              separators=(",", ":")).replace("</", "<\\/")
         return ('<div class="d2lattn-viz">'
                 f'<script type="application/json" class="d2lattn-viz-data">{payload}</script>'

@@ -377,7 +377,8 @@
     var w = words(model.get("spec"));
     host.classList.add("d2lattn-viz-widget");
     if (typeof input.value === "string") {
-      var form = el("form", { "class": "d2lattn-viz-input" }, host);
+      // data-lm-suppress-shortcuts: JupyterLab's keys (Enter, A, Shift+Enter...) stay out
+      var form = el("form", { "class": "d2lattn-viz-input", "data-lm-suppress-shortcuts": "true" }, host);
       var id = "d2lattn-viz-input-" + Math.random().toString(36).slice(2);
       el("label", { "for": id, text: w.yourInput + w.colon }, form);
       var box = el("textarea", { id: id, rows: 2, spellcheck: "false" }, form);
@@ -390,10 +391,16 @@
         model.set("query", box.value);
         model.save_changes();
       });
-      box.addEventListener("keydown", function (e) {  // Ctrl+Enter (Cmd+Enter) sends too
-        if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) {
-          e.preventDefault(); e.stopPropagation();
+      // Enter starts a new line (written here: JupyterLab takes a plain Enter for itself);
+      // Shift+Enter or Ctrl+Enter (Cmd+Enter) sends, as it runs a cell
+      box.addEventListener("keydown", function (e) {
+        if (e.key !== "Enter" || e.altKey || e.isComposing) return;
+        e.preventDefault();
+        e.stopPropagation();
+        if (e.shiftKey || e.ctrlKey || e.metaKey) {
           form.requestSubmit ? form.requestSubmit() : form.dispatchEvent(new Event("submit"));
+        } else {
+          box.setRangeText("\n", box.selectionStart, box.selectionEnd, "end");
         }
       });
     }
