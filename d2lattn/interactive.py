@@ -1,12 +1,18 @@
 """Figures a reader can move: numbers computed in Python, drawn in the browser.
 
 A chapter cell computes every number of a small figure for every setting of its controls (a
-slider, a menu, a row of tokens to pick from) and returns an :class:`InteractiveFigure`. In a
-notebook it shows as an HTML table of the first setting (the static fallback: JupyterLab, print);
-on the book's website the script ``d2lattn-viz.js`` (``book/assets/static``, loaded only on pages
-that use it) replaces the table by the figure and redraws it from the stored numbers whenever the
-reader moves a control. Nothing is recomputed in the browser, so what is drawn for a setting is
-exactly what PyTorch computed for it, and the site's browser test checks that it is.
+slider, a menu, a row of tokens to pick from) and returns an :class:`InteractiveFigure`. On the
+book's website the script ``d2lattn-viz.js`` (``book/assets/static``, loaded only on pages that
+use it) replaces the figure's HTML table by the figure and redraws it from the stored numbers
+whenever the reader moves a control. Nothing is recomputed in the browser, so what is drawn for a
+setting is exactly what PyTorch computed for it, and the site's browser test checks that it is.
+
+In a notebook run in JupyterLab (or Jupyter Notebook 7, VS Code, Colab) the same script draws the
+figure as a live widget (`anywidget <https://anywidget.dev>`_), and a figure given
+:meth:`InteractiveFigure.with_input` also recomputes for text the reader types (the kernel runs the
+chapter's model on it). Elsewhere (nbval, ``nbconvert --execute``, print, a frontend without a
+widget manager) the figure is the HTML table of its first setting, exactly as before: see
+:func:`use_widgets`.
 
 Data layout (all of it JSON, numbers rounded to ``digits`` decimals):
 
@@ -34,13 +40,18 @@ import html
 import itertools
 import json
 import math
-from collections.abc import Mapping, Sequence
+import os
+import re
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import torch
 
-__all__ = ["InteractiveFigure", "frame_key", "grid_parts", "set_language", "translate_data"]
+__all__ = ["InteractiveFigure", "frame_key", "grid_parts", "set_language", "translate_data",
+           "use_widgets", "widgets_enabled"]
 
 CONTROL_TYPES = ("slider", "select", "tokens")
 PANEL_TYPES = ("bars", "grid", "lines", "readout")
@@ -118,6 +129,20 @@ def _rounded(obj: Any, digits: int) -> Any:
 _LANGUAGE: dict[str, Any] = {"code": None, "table": {}}
 #: Where the translations live in the book's repository (and in its notebooks' archive).
 LOCALE = Path(__file__).resolve().parents[1] / "locale"
+#: The script that draws the figures, on the website and in the notebook's widget (one source),
+#: and the stylesheet whose figure rules the widget takes (book's repository and archive).
+SCRIPT = Path(__file__).resolve().parents[1] / "book" / "assets" / "static" / "d2lattn-viz.js"
+STYLESHEET = SCRIPT.with_name("d2lattn.css")
+#: The widget's own few rules: the text box of a figure that recomputes.
+_WIDGET_CSS = """
+.d2lattn-viz-input { display: flex; flex-wrap: wrap; align-items: flex-end; gap: 0.3rem 0.6rem;
+  margin: 0.3rem 0; font-size: 0.9rem; }
+.d2lattn-viz-input textarea { min-width: 16rem; font-family: var(--jp-code-font-family, monospace); }
+.d2lattn-viz-message { margin: 0.2rem 0; font-size: 0.9rem; color: #a00; }
+"""
+#: Figures as live widgets: None decides by the frontend (:func:`widgets_enabled`).
+_WIDGETS: dict[str, bool | None] = {"mode": None}
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 
 
 def set_language(language: str | None, *, catalogue: str | Path | None = None) -> None:
@@ -183,6 +208,121 @@ def translate_data(data: Mapping[str, Any], table: Mapping[str, str]) -> dict[st
     return out
 
 
+def use_widgets(enabled: bool | None) -> None:
+    """Show the figures made from now on as live widgets (True), as static tables (False), or as
+    the frontend allows (None, the default: see :func:`widgets_enabled`).
+
+    The environment variable ``D2LATTN_WIDGETS=1`` (or ``0``) does the same for a whole session.
+
+    Raises:
+        ValueError: if ``enabled`` is not True, False or None.
+
+    Source: the book's page "Run it yourself".
+    """
+    if enabled not in (True, False, None):
+        raise ValueError(f"enabled must be True, False or None, got {enabled!r}")
+    _WIDGETS["mode"] = enabled
+
+
+def widgets_enabled() -> bool:
+    """Whether a figure displayed now becomes a live widget.
+
+    It does when :func:`use_widgets` (or ``D2LATTN_WIDGETS``) says so; otherwise when the code
+    runs in an IPython kernel that a frontend with a widget manager drives: a Jupyter server's
+    kernel (JupyterLab, Notebook 7: ``JPY_SESSION_NAME`` is set), Colab or VS Code. Never under
+    nbval or ``nbconvert --execute`` (their kernels have no such frontend), so that the saved
+    outputs stay the static table. It also needs ``anywidget`` and the script
+    ``d2lattn-viz.js`` (the book's repository or its notebooks' archive).
+
+    >>> use_widgets(False); widgets_enabled()
+    False
+    >>> use_widgets(None)
+    """
+    mode = _WIDGETS["mode"]
+    if mode is None:
+        env = os.environ.get("D2LATTN_WIDGETS", "").strip()
+        mode = env == "1" if env in ("0", "1") else _widget_frontend()
+    return bool(mode) and SCRIPT.is_file() and _anywidget_available()
+
+
+def _widget_frontend() -> bool:
+    # An IPython kernel driven by a frontend that renders widgets.
+    shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
+    if shell is None or getattr(shell, "kernel", None) is None:
+        return False
+    return bool(os.environ.get("JPY_SESSION_NAME") or "google.colab" in sys.modules
+                or "__vsc_ipynb_file__" in getattr(shell, "user_ns", {})
+                or os.environ.get("VSCODE_PID"))
+
+
+def _anywidget_available() -> bool:
+    try:
+        import anywidget  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _css_rules(css: str) -> str:
+    """The top-level rules of ``css`` that style the figures alone (every selector starts with
+    ``.d2lattn-viz`` or ``.d2lattn-visually-hidden``), with the theme's monospace font replaced
+    by JupyterLab's.
+
+    >>> _css_rules(".a { x: 1 } .d2lattn-viz-title { y: 2 } @media print { .d2lattn-viz { z: 3 } }")
+    '.d2lattn-viz-title { y: 2 }'
+    """
+    css = re.sub(r"/\*.*?\*/", "", css, flags=re.S)
+    rules, depth, start = [], 0, 0
+    for i, ch in enumerate(css):
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                rule = css[start:i + 1].strip()
+                selectors = [x.strip() for x in rule.split("{", 1)[0].split(",")]
+                if all(x.startswith((".d2lattn-viz", ".d2lattn-visually-hidden")) for x in selectors):
+                    rules.append(rule)
+                start = i + 1
+    return "\n".join(rules).replace("var(--pst-font-family-monospace)",
+                                     "var(--jp-code-font-family, monospace)")
+
+
+@lru_cache(maxsize=None)
+def _widget_class() -> type:
+    """The anywidget class of a live figure (built on first use: anywidget is imported then)."""
+    import anywidget
+    import traitlets
+
+    esm = ("const D2LATTN_VIZ_EXPORTS = {};\n" + SCRIPT.read_text(encoding="utf-8")
+           + "\nexport default { render: (ctx) => D2LATTN_VIZ_EXPORTS.render(ctx) };\n")
+    css = (_css_rules(STYLESHEET.read_text(encoding="utf-8")) if STYLESHEET.is_file() else "")
+
+    class FigureWidget(anywidget.AnyWidget):  # type: ignore[misc]
+        """A live figure: ``spec`` is the figure's data; a figure that recomputes gets the
+        reader's text in ``query`` and answers with a new ``spec`` or a ``message``."""
+
+        _esm = esm
+        _css = css + _WIDGET_CSS
+        spec = traitlets.Dict().tag(sync=True)
+        input = traitlets.Dict().tag(sync=True)
+        query = traitlets.Unicode("").tag(sync=True)
+        message = traitlets.Unicode("").tag(sync=True)
+        revision = traitlets.Int(0).tag(sync=True)
+
+        def __init__(self, figure: "InteractiveFigure", **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self.figure = figure
+
+        @traitlets.observe("query")
+        def _recompute(self, change: dict[str, Any]) -> None:
+            self.message = ""
+            self.spec, self.message = self.figure._answer(change["new"], self.spec)
+            self.revision += 1
+
+    return FigureWidget
+
+
 class InteractiveFigure:
     """A figure whose numbers are precomputed for every setting of its controls.
 
@@ -199,8 +339,9 @@ class InteractiveFigure:
             if a combination of control indices has no frame, or if a frame lacks a panel or
             holds a non-finite number.
 
-    Source: the book's interactive figures (chapters 1-3, 5 and 6); the script that draws
-    them is ``book/assets/static/d2lattn-viz.js``.
+    Source: the book's interactive figures (chapters 1-3, 5, 6, 9, 12, 14 and 15); the script
+    that draws them is ``book/assets/static/d2lattn-viz.js``, on the website and in a notebook's
+    live widget (:func:`widgets_enabled`).
 
     >>> fig = InteractiveFigure(
     ...     "softmax", controls=[{"name": "t", "label": "temperature", "type": "slider",
@@ -321,7 +462,65 @@ class InteractiveFigure:
             parts.append(f"<table>{body}</table>")
         return "".join(parts)
 
-    def _repr_html_(self) -> str:
+    def with_input(self, recompute: Callable[[str], InteractiveFigure], *,
+                   value: str = "") -> InteractiveFigure:
+        """Let a reader of the live widget type text for which the kernel recomputes the figure.
+
+        The widget shows a text box (starting with ``value``) above the figure; the reader's text
+        goes to ``recompute(text)``, which returns the new figure (the chapter's model run on
+        that text). A ``ValueError`` it raises (an empty text, a character outside the model's
+        vocabulary) is shown in the widget as its message, as is any other error, by its type
+        and message: never a traceback. The static table and the website are unchanged: they
+        show the figure as built.
+
+        Args:
+            recompute: text -> :class:`InteractiveFigure`.
+            value: the text the box starts with.
+
+        Returns:
+            this figure (so that a cell can end with ``figure.with_input(...)``).
+
+        Raises:
+            ValueError: if ``recompute`` is not callable or ``value`` is not a string.
+
+        Source: the book's live figures (chapter 12's next character, on the reader's prompt).
+
+        >>> fig = InteractiveFigure("f", controls=[{"name": "c", "label": "c", "values": [0]}],
+        ...                         panels=[{"name": "r", "type": "readout"}],
+        ...                         frames={"0": {"r": {"length": 0}}})
+        >>> fig.with_input(lambda text: InteractiveFigure(
+        ...     "f", controls=[{"name": "c", "label": "c", "values": [0]}],
+        ...     panels=[{"name": "r", "type": "readout"}],
+        ...     frames={"0": {"r": {"length": len(text)}}})) is fig
+        True
+        """
+        if not callable(recompute):
+            raise ValueError(f"recompute must be callable (text -> InteractiveFigure), "
+                             f"got {type(recompute).__name__}")
+        if not isinstance(value, str):
+            raise ValueError(f"value must be a string, got {type(value).__name__}")
+        self._recompute, self._input_value = recompute, value
+        return self
+
+    def _answer(self, text: str, current: dict[str, Any]) -> tuple[dict[str, Any], str]:
+        """The widget's new spec and message for the reader's ``text`` (``current`` kept on an
+        error)."""
+        recompute = getattr(self, "_recompute", None)
+        if recompute is None:
+            return current, "this figure does not recompute"
+        try:
+            figure = recompute(text)
+            if not isinstance(figure, InteractiveFigure):
+                raise TypeError(f"recompute returned {type(figure).__name__}, "
+                                "not an InteractiveFigure")
+            return figure._spec(), ""
+        except ValueError as err:
+            return current, _LANGUAGE["table"].get(str(err), str(err))
+        except Exception as err:  # noqa: BLE001: the reader sees a message, not a traceback
+            return current, f"{type(err).__name__}: {err}"
+
+    def _shown(self) -> InteractiveFigure:
+        # The figure as drawn now: translated into the language set by set_language, if any.
         if _LANGUAGE["code"] and not getattr(self, "_translated", False):
             data = translate_data(self.data(), _LANGUAGE["table"])
             figure = InteractiveFigure(data["title"], controls=data["controls"],
@@ -329,12 +528,34 @@ class InteractiveFigure:
                                        digits=data["digits"], caption=data["caption"])
             figure._translated = True
             figure._lang = _LANGUAGE["code"]
-            return figure._repr_html_()
-        data = self.data()
-        if getattr(self, "_lang", None):
-            data["lang"] = self._lang  # the script's own words (": ", "points") follow it
-        payload = json.dumps(data, ensure_ascii=False, sort_keys=True,
+            return figure
+        return self
+
+    def _spec(self) -> dict[str, Any]:
+        # What the script draws: the data, translated, with the language of the script's words,
+        # its keys sorted as in the website's JSON (the order of a readout's rows).
+        figure = self._shown()
+        data = figure.data()
+        if getattr(figure, "_lang", None):
+            data["lang"] = figure._lang  # the script's own words (": ", "points") follow it
+        return json.loads(json.dumps(data, ensure_ascii=False, sort_keys=True))
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> Any:
+        """The live widget plus this HTML (see :func:`widgets_enabled`); None otherwise, so
+        that the notebook shows :meth:`_repr_html_` alone, as it always did."""
+        if not widgets_enabled():
+            return None
+        widget = _widget_class()(self, spec=self._spec(), input=(
+            {"value": self._input_value} if hasattr(self, "_recompute") else {}))
+        self._widget = widget  # the figure keeps its last view's model
+        data, metadata = widget._repr_mimebundle_()
+        return ({WIDGET_MIME: data[WIDGET_MIME], "text/html": self._repr_html_()},
+                metadata)
+
+    def _repr_html_(self) -> str:
+        shown = self._shown()
+        payload = json.dumps(self._spec(), ensure_ascii=False, sort_keys=True,
                              separators=(",", ":")).replace("</", "<\\/")
         return ('<div class="d2lattn-viz">'
                 f'<script type="application/json" class="d2lattn-viz-data">{payload}</script>'
-                f'<div class="d2lattn-viz-fallback">{self._fallback()}</div></div>')
+                f'<div class="d2lattn-viz-fallback">{shown._fallback()}</div></div>')

@@ -191,3 +191,138 @@ def test_translation_names_groups_and_free_cells_but_keeps_cell_labels():
     data = translate_data(fig.data(), {"free": "空闲", "a": "甲", "b0": "乙0"})
     assert data["panels"][0]["ungrouped"] == "空闲" and data["panels"][0]["groups"] == ["甲", "b"]
     assert data["frames"]["1"]["pool"]["labels"] == [["b0", "a0"]]  # data, not words
+
+
+# --- the live widget (anywidget) in a notebook --------------------------------------------------
+
+#: sha256 of _figure()'s HTML as the static-only version wrote it (before the widget existed):
+#: the website and nbval read this HTML, so the widget must leave it byte for byte as it was.
+HTML_BEFORE_THE_WIDGET = "79773013fed424ce0fb2a5c43a15168f32f610a7e4647ae3257fa463cac1a6c7"
+
+
+@pytest.fixture
+def widgets():
+    """Widgets forced on (no kernel runs here), and back to the frontend's choice afterwards."""
+    pytest.importorskip("anywidget")
+    from d2lattn import interactive
+
+    interactive.use_widgets(True)
+    try:
+        yield interactive
+    finally:
+        interactive.use_widgets(None)
+
+
+def test_outside_a_widget_frontend_the_figure_is_the_static_html(monkeypatch):
+    """No kernel with a widget manager (nbval, nbconvert, a plain interpreter): no mime bundle,
+    so IPython shows _repr_html_ alone, exactly as before."""
+    import hashlib
+
+    from d2lattn import interactive
+
+    monkeypatch.delenv("D2LATTN_WIDGETS", raising=False)
+    fig = _figure()
+    assert hashlib.sha256(fig._repr_html_().encode()).hexdigest() == HTML_BEFORE_THE_WIDGET
+    assert not interactive.widgets_enabled() and fig._repr_mimebundle_() is None
+    monkeypatch.setenv("D2LATTN_WIDGETS", "1")
+    assert interactive.widgets_enabled() == interactive._anywidget_available()
+    interactive.use_widgets(False)
+    try:
+        assert fig._repr_mimebundle_() is None  # the call beats the environment
+    finally:
+        interactive.use_widgets(None)
+    with pytest.raises(ValueError, match="enabled"):
+        interactive.use_widgets("yes")
+
+
+def test_mimebundle_holds_the_widget_and_the_unchanged_html(widgets):
+    import hashlib
+
+    fig = _figure()
+    bundle, metadata = fig._repr_mimebundle_()
+    assert set(bundle) == {widgets.WIDGET_MIME, "text/html"}
+    view = bundle[widgets.WIDGET_MIME]
+    assert view["version_major"] == 2 and view["model_id"] == fig._widget.model_id
+    assert hashlib.sha256(bundle["text/html"].encode()).hexdigest() == HTML_BEFORE_THE_WIDGET
+    # the widget draws what the website draws: the same data, and the same script
+    assert fig._widget.spec == _payload(fig)[1] and fig._widget.input == {}
+    assert widgets.SCRIPT.read_text(encoding="utf-8") in fig._widget._esm
+    assert ".d2lattn-viz-title" in fig._widget._css and "--pst-" not in fig._widget._css
+
+
+def test_the_widget_speaks_the_language_set(widgets, tmp_path):
+    catalogue = tmp_path / "interactive.po"
+    catalogue.write_text('msgid ""\nmsgstr ""\n"Content-Type: text/plain; charset=UTF-8\\n"\n\n'
+                         'msgid "A"\nmsgstr "甲"\n', encoding="utf-8")
+    widgets.set_language("zh_CN", catalogue=catalogue)
+    try:
+        fig = _figure()
+        fig._repr_mimebundle_()
+        assert fig._widget.spec["lang"] == "zh_CN"
+        assert fig._widget.spec["controls"][0]["label"] == "甲"
+    finally:
+        widgets.set_language(None)
+
+
+def _counting_figure(text):
+    """A figure of the letters of ``text``; a ValueError names what is wrong with it."""
+    if not text:
+        raise ValueError("type at least one letter")
+    if not text.isalpha():
+        raise ValueError(f"only letters, not {sorted(set(c for c in text if not c.isalpha()))}")
+    letters = sorted(set(text))
+    return InteractiveFigure("letters", controls=[{"name": "c", "label": "c", "values": [0]}],
+                             panels=[{"name": "n", "type": "bars", "labels": letters}],
+                             frames={"0": {"n": [text.count(c) for c in letters]}})
+
+
+def test_a_figure_recomputes_for_the_readers_text_and_explains_bad_input(widgets):
+    fig = _counting_figure("abba").with_input(_counting_figure, value="abba")
+    fig._repr_mimebundle_()
+    widget = fig._widget
+    assert widget.input == {"value": "abba"}
+    widget.query = "banana"  # what the script sends when the reader presses the button
+    assert widget.spec["panels"][0]["labels"] == ["a", "b", "n"]
+    assert widget.spec["frames"]["0"]["n"] == [3, 1, 2]
+    assert widget.message == "" and widget.revision == 1
+    before = widget.spec
+    for text, message in [("", "type at least one letter"), ("a1", "only letters, not ['1']")]:
+        widget.query = text
+        assert widget.message == message and widget.spec == before
+    assert widget.revision == 3
+    # a recompute that fails otherwise: its type and message, no traceback
+    fig.with_input(lambda text: 1 / 0)
+    widget.query = "x"
+    assert widget.message == "ZeroDivisionError: division by zero"
+    fig.with_input(lambda text: "not a figure")
+    widget.query = "y"
+    assert widget.message.startswith("TypeError: recompute returned str")
+    with pytest.raises(ValueError, match="recompute must be callable"):
+        fig.with_input("abc")
+    # a figure without an input: no text box, and no recompute
+    plain = _figure()
+    plain._repr_mimebundle_()
+    plain._widget.query = "x"
+    assert plain._widget.message == "this figure does not recompute"
+
+
+def test_no_chapter_is_saved_with_a_live_widget():
+    """A chapter saved from JupyterLab would hold its figures' widgets (a model id that no
+    saved state backs) and, with its widget state, the whole script again: the website would
+    draw the widget (an empty box: myst-nb prefers the widget mime to the HTML) instead of the
+    figure. Chapters are saved from a fresh run under nbconvert, where figures are the HTML."""
+    import json
+    from pathlib import Path
+
+    book = Path(__file__).resolve().parents[1] / "book"
+    found = []
+    for path in sorted(book.glob("*.ipynb")):
+        notebook = json.loads(path.read_text(encoding="utf-8"))
+        if "widgets" in notebook.get("metadata", {}):
+            found.append(f"{path.name}: widget state in its metadata")
+        for cell in notebook["cells"]:
+            for output in cell.get("outputs", []):
+                if "application/vnd.jupyter.widget-view+json" in output.get("data", {}):
+                    found.append(f"{path.name}: a widget in the output of cell {cell.get('id')}")
+    assert found == [], ("re-execute with `jupyter nbconvert --to notebook --execute --inplace`"
+                         " (README), not from JupyterLab:\n" + "\n".join(found))

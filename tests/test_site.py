@@ -1065,7 +1065,8 @@ def test_the_notebooks_archive_holds_what_the_chapters_read(site):
                     assert "book/" + needed in names, (name, needed)
         for needed in ("d2lattn/__init__.py", "requirements.txt", "pyproject.toml",
                        "book/data/gpt_variants.json", "book/data/ch12_gpt_tang.pt",
-                       "book/figures/masking.svg", "locale/zh_CN/LC_MESSAGES/interactive.po"):
+                       "book/figures/masking.svg", "locale/zh_CN/LC_MESSAGES/interactive.po",
+                       "book/assets/static/d2lattn-viz.js", "book/assets/static/d2lattn.css"):
             assert needed in names, needed
     for rel in _article_pages(site):
         if rel.rsplit("/", 1)[-1].startswith("ch"):

@@ -10,7 +10,8 @@
 3. **The archive of the book's notebooks** (``ARCHIVE_NAME`` at the root of each language's
    site, linked from every chapter): every chapter's notebook as the site offers it, next to
    what the chapters read (``book/data/``, ``book/figures/``, ``book/assets/fonts/``) and the
-   library with its requirements (``d2lattn/``, ``requirements.txt``, ``pyproject.toml``), so
+   library with its requirements (``d2lattn/``, ``requirements.txt``, ``pyproject.toml``) and the
+   figures' script and styles (their live widgets in JupyterLab draw with them), so
    that a chapter downloaded from a site without a public repository still runs. One archive
    for all chapters: the library and the trained checkpoints are most of its size, and
    per-chapter archives would repeat them fifteen times. The Chinese notebooks are named
@@ -112,7 +113,9 @@ def with_download_attribute(text: str) -> str:
 #: What the chapters need besides their notebooks, relative to the source folder.
 ARCHIVE_FOLDERS = ("book/data", "book/figures", "book/assets/fonts", "d2lattn")
 ARCHIVE_FILES = ("requirements.txt", "pyproject.toml", "README.md", "LICENSE",
-                 "locale/zh_CN/LC_MESSAGES/interactive.po")
+                 "locale/zh_CN/LC_MESSAGES/interactive.po",
+                 # the script and styles that draw the figures as live widgets in JupyterLab
+                 "book/assets/static/d2lattn-viz.js", "book/assets/static/d2lattn.css")
 #: The archive's top folder.
 ARCHIVE_ROOT = "how-attention-works"
 

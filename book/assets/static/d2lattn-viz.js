@@ -6,8 +6,13 @@
  * control moves: a table lookup, nothing recomputed. Every drawn number carries its value in a
  * data-value attribute, which the site's browser test compares with the JSON.
  * No libraries, no network. Loaded only on pages with such a figure (see _config.yml).
+ *
+ * The same file is the notebook's live figure (d2lattn.interactive wraps it as an anywidget
+ * ES module, which defines D2LATTN_VIZ_EXPORTS before this code runs): then it builds nothing
+ * on its own and hands over `render({model, el})`, which draws the figure from the widget's
+ * `spec` and, for a figure that recomputes, adds a text box whose text goes to Python.
  */
-(function () {
+(function (exports) {
   "use strict";
   var SVG = "http://www.w3.org/2000/svg";
   var COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"];
@@ -37,9 +42,11 @@
   // translated in its data: book/_ext/d2lattn_translate.py).
   var WORDS = {
     en: { colon: ": ", comma: ", ", tableNote: " (its numbers are in the table that follows the figure)",
-          points: function (n, lo, hi) { return n + " points, from " + lo + " to " + hi; } },
+          points: function (n, lo, hi) { return n + " points, from " + lo + " to " + hi; },
+          yourInput: "your own input", recompute: "Recompute", computing: "computing…" },
     zh: { colon: "：", comma: "，", tableNote: "（数值见图后的表格）",
-          points: function (n, lo, hi) { return n + " 个点，从 " + lo + " 到 " + hi; } }
+          points: function (n, lo, hi) { return n + " 个点，从 " + lo + " 到 " + hi; },
+          yourInput: "你自己的输入", recompute: "重新计算", computing: "正在计算…" }
   };
   function words(spec) {
     var code = String(spec.lang || document.documentElement.lang || "en").slice(0, 2).toLowerCase();
@@ -376,10 +383,13 @@
     });
   }
 
-  function build(root) {
-    var dataNode = root.querySelector("script.d2lattn-viz-data");
-    if (!dataNode || root.getAttribute("data-ready")) return;
-    var spec = JSON.parse(dataNode.textContent);
+  // root: a .d2lattn-viz element; spec: its data, read from the JSON inside it when not given.
+  function build(root, spec) {
+    if (!spec) {
+      var dataNode = root.querySelector("script.d2lattn-viz-data");
+      if (!dataNode || root.getAttribute("data-ready")) return;
+      spec = JSON.parse(dataNode.textContent);
+    }
     var fallback = root.querySelector(".d2lattn-viz-fallback");
     if (fallback) hideVisually(fallback);
     var choice = spec.controls.map(function (c) { return c.initial || 0; });
@@ -433,9 +443,67 @@
     root.setAttribute("data-ready", "1");
   }
 
+  /* The notebook's widget (anywidget): the figure from the model's `spec`, drawn again when
+     Python sends a new one; for a figure that recomputes (`input` has a value), a text box and
+     a button send the reader's text as `query`, and `message` says what went wrong. */
+  function render(ctx) {
+    var model = ctx.model, host = ctx.el, input = model.get("input") || {}, status = null;
+    var w = words(model.get("spec"));
+    host.classList.add("d2lattn-viz-widget");
+    if (typeof input.value === "string") {
+      // data-lm-suppress-shortcuts: JupyterLab's keys (Enter, A, Shift+Enter...) stay out
+      var form = el("form", { "class": "d2lattn-viz-input", "data-lm-suppress-shortcuts": "true" }, host);
+      var id = "d2lattn-viz-input-" + Math.random().toString(36).slice(2);
+      el("label", { "for": id, text: w.yourInput + w.colon }, form);
+      var box = el("textarea", { id: id, rows: 2, spellcheck: "false" }, form);
+      box.value = input.value || "";
+      el("button", { type: "submit", text: w.recompute }, form);
+      status = el("p", { "class": "d2lattn-viz-message", role: "status", "aria-live": "polite" }, host);
+      form.addEventListener("submit", function (e) {
+        e.preventDefault();
+        status.textContent = w.computing;
+        model.set("query", box.value);
+        model.save_changes();
+      });
+      // Enter starts a new line (written here: JupyterLab takes a plain Enter for itself);
+      // Shift+Enter or Ctrl+Enter (Cmd+Enter) sends, as it runs a cell
+      box.addEventListener("keydown", function (e) {
+        if (e.key !== "Enter" || e.altKey || e.isComposing) return;
+        e.preventDefault();
+        e.stopPropagation();
+        if (e.shiftKey || e.ctrlKey || e.metaKey) {
+          form.requestSubmit ? form.requestSubmit() : form.dispatchEvent(new Event("submit"));
+        } else {
+          box.setRangeText("\n", box.selectionStart, box.selectionEnd, "end");
+        }
+      });
+    }
+    var holder = el("div", {}, host);
+    function draw() {
+      holder.textContent = "";
+      var root = el("div", { "class": "d2lattn-viz" }, holder);
+      el("div", { "class": "d2lattn-viz-fallback" }, root);
+      build(root, model.get("spec"));
+    }
+    function answered() { if (status) status.textContent = model.get("message"); }
+    draw();
+    answered();
+    model.on("change:spec", draw);
+    model.on("change:revision", answered);
+    return function () {
+      model.off("change:spec", draw);
+      model.off("change:revision", answered);
+    };
+  }
+
+  if (exports) {  // the notebook's widget: build on request only
+    exports.render = render;
+    return;
+  }
   function buildAll() {
-    Array.prototype.forEach.call(document.querySelectorAll(".d2lattn-viz"), build);
+    Array.prototype.forEach.call(document.querySelectorAll(".d2lattn-viz"),
+                                 function (root) { build(root); });
   }
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", buildAll);
   else buildAll();
-})();
+})(typeof D2LATTN_VIZ_EXPORTS === "undefined" ? null : D2LATTN_VIZ_EXPORTS);
