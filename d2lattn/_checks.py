@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import math
-from typing import Iterator, Optional, Sequence, Tuple, Union
+from typing import Any, Iterator, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor, nn
@@ -1007,3 +1007,31 @@ def check_set_lens(valid_lens: Tensor, B: int, N: int) -> Tensor:
     if bool((valid_lens < 1).any()) or bool((valid_lens > N).any()):
         raise ValueError(f"valid_lens must lie in [1, N={N}]")
     return valid_lens
+
+
+def check_grid_entry(panel: Mapping[str, Any], value: Any, where: str) -> None:
+    """An interactive figure's grid entry in one frame: rows of numbers, or
+    ``{"values", "labels", "groups"}`` of one shape (``d2lattn.interactive``)."""
+    from .interactive import grid_parts  # the figure module owns the layout
+
+    if isinstance(value, Mapping):
+        unknown = set(value) - {"values", "labels", "groups"}
+        if "values" not in value or unknown:
+            raise ValueError(f"{where}: a grid entry that is a dict needs 'values' and may have "
+                             f"'labels' and 'groups', got the keys {sorted(value)}")
+    values, labels, groups = grid_parts(value)
+    shape = [len(row) for row in values]
+    for name, rows in (("labels", labels), ("groups", groups)):
+        if rows is not None and [len(row) for row in rows] != shape:
+            raise ValueError(f"{where}: {name} must have the shape of values (rows of "
+                             f"{shape}), got rows of {[len(row) for row in rows]}")
+    if labels is not None and not all(isinstance(x, str) for row in labels for x in row):
+        raise ValueError(f"{where}: labels must be strings (\"\" for none)")
+    if groups is not None:
+        n = len(panel.get("groups", []))
+        bad = [g for row in groups for g in row
+               if g is not None and (isinstance(g, bool) or not isinstance(g, int)
+                                     or not 0 <= g < n)]
+        if bad:
+            raise ValueError(f"{where}: groups must be None or an index into the panel's "
+                             f"{n} groups, got {bad[0]!r}")

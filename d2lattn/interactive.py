@@ -50,6 +50,8 @@ from typing import Any
 
 import torch
 
+from ._checks import check_grid_entry
+
 __all__ = ["InteractiveFigure", "frame_key", "grid_parts", "set_language", "translate_data",
            "use_widgets", "widgets_enabled"]
 
@@ -78,31 +80,6 @@ def grid_parts(value: Any) -> tuple[list, list | None, list | None]:
     if isinstance(value, Mapping):
         return list(value["values"]), value.get("labels"), value.get("groups")
     return list(value), None, None
-
-
-def _check_grid(panel: Mapping[str, Any], value: Any, where: str) -> None:
-    # A grid's entry in one frame: rows of numbers, or {"values", "labels", "groups"} of one shape.
-    if isinstance(value, Mapping):
-        unknown = set(value) - {"values", "labels", "groups"}
-        if "values" not in value or unknown:
-            raise ValueError(f"{where}: a grid entry that is a dict needs 'values' and may have "
-                             f"'labels' and 'groups', got the keys {sorted(value)}")
-    values, labels, groups = grid_parts(value)
-    shape = [len(row) for row in values]
-    for name, rows in (("labels", labels), ("groups", groups)):
-        if rows is not None and [len(row) for row in rows] != shape:
-            raise ValueError(f"{where}: {name} must have the shape of values (rows of "
-                             f"{shape}), got rows of {[len(row) for row in rows]}")
-    if labels is not None and not all(isinstance(x, str) for row in labels for x in row):
-        raise ValueError(f"{where}: labels must be strings (\"\" for none)")
-    if groups is not None:
-        n = len(panel.get("groups", []))
-        bad = [g for row in groups for g in row
-               if g is not None and (isinstance(g, bool) or not isinstance(g, int)
-                                     or not 0 <= g < n)]
-        if bad:
-            raise ValueError(f"{where}: groups must be None or an index into the panel's "
-                             f"{n} groups, got {bad[0]!r}")
 
 
 def _rounded(obj: Any, digits: int) -> Any:
@@ -377,7 +354,8 @@ class InteractiveFigure:
                 raise ValueError(f"frames[{key!r}] lacks the panels {missing}")
             for panel in self.panels:
                 if panel["type"] == "grid":
-                    _check_grid(panel, frame[panel["name"]], f"frames[{key!r}][{panel['name']!r}]")
+                    where = f"frames[{key!r}][{panel['name']!r}]"
+                    check_grid_entry(panel, frame[panel["name"]], where)
             self.frames[key] = _rounded({n: frame[n] for n in names}, digits)
 
     @staticmethod

@@ -1150,6 +1150,7 @@ CJK_FONTS = """(cjk) => {
   for (const el of document.querySelectorAll('.bd-article *')) {
     const own = [...el.childNodes].filter(n => n.nodeType === 3).map(n => n.textContent).join('');
     if (!re.test(own)) continue;
+    if (el.closest('mjx-assistive-mml')) continue;  // MathJax's hidden MathML copy: never drawn
     checked++;
     const family = getComputedStyle(el).fontFamily;
     if (!family.includes('D2lattn CJK')) bad.push([el.tagName, el.className, family.slice(0, 60)]);
