@@ -15,7 +15,9 @@ so every point of the sweep is a finished run, as in Hoffmann et al. 2022, not a
 middle of a longer one). Two phases:
 
 * ``probe``: for each size, a short run (``PROBE_STEPS``) at each learning rate of ``LRS``
-  (and twice the highest while the highest is best, up to ``MAX_LR``), seed 0; the best one (lowest held-out bits) is that size's learning rate in the sweep.
+  (and twice the highest while the highest is best, up to ``MAX_LR``; half the lowest while
+  the lowest is best, down to ``MIN_LR``), seed 0; the best one (lowest held-out bits) is that
+  size's learning rate in the sweep.
 * ``sweep``: every size x budget at its probed learning rate, for each ``--seeds``.
 
 Compute is counted as ``6 N D`` floating-point operations (Kaplan et al. 2020, section 2.1):
@@ -70,6 +72,7 @@ STEPS = [150, 300, 600, 1200, 2400]
 BATCH_SIZE, BLOCK_SIZE, WARMUP = 16, 128, 50
 LRS = [2e-3, 5e-3, 1e-2]
 MAX_LR = 0.04  # the probe doubles past LRS while the best rate is the highest tried
+MIN_LR = 2.5e-4  # ... and halves below LRS while the best rate is the lowest tried
 PROBE_STEPS = 300
 EVALS_PER_RUN = 6
 EVAL_WINDOWS = 32
@@ -229,13 +232,17 @@ def main() -> None:
         for size in sorted(args.sizes, key=lambda s: flops_of(s, PROBE_STEPS)):
             for lr in LRS:
                 run("probe", size, lr, PROBE_STEPS, 0)
-            while True:  # the best rate at the grid's top edge: try twice as high
+            while True:  # the best rate at an edge of the grid: try one step beyond it
                 probes = [r for r in table["runs"] if r["phase"] == "probe" and r["size"] == size]
                 best = min(probes, key=lambda r: r["window_start_bits"])["lr"]
                 top = max(r["lr"] for r in probes)
-                if best < top or top >= MAX_LR:
+                bottom = min(r["lr"] for r in probes)
+                if best == top and top < MAX_LR:
+                    run("probe", size, 2 * top, PROBE_STEPS, 0)
+                elif best == bottom and bottom > MIN_LR:
+                    run("probe", size, bottom / 2, PROBE_STEPS, 0)
+                else:
                     break
-                run("probe", size, 2 * top, PROBE_STEPS, 0)
     if args.phase in ("sweep", "both"):
         best_lr = {}
         for size in args.sizes:
