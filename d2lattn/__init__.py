@@ -37,6 +37,9 @@ One module per idea, following the three steps of attention (score, normalize, p
   ``VectorSelfAttention`` (Point Transformer) and chapter 16's classifiers;
 - :mod:`d2lattn.graphs` — ``GraphAttention`` (a masked softmax over the edges),
   ``normalized_adjacency`` (the graph convolution's fixed weights);
+- :mod:`d2lattn.scaling` — loss against compute: ``training_flops`` (``6 N D``), the
+  ``compute_frontier`` of a sweep, ``fit_frontier`` (a saturating power law) and
+  ``chinchilla_optimal``;
 - :mod:`d2lattn.training` — ``fit``, the one training loop behind every ``train_*`` function,
   and the convention they share (arguments, callback, result).
 
@@ -61,6 +64,7 @@ from . import (
     plotting,
     pointcloud,
     positional,
+    scaling,
     scoring,
     seq2seq,
     serving,
@@ -85,6 +89,7 @@ from .ngram import *  # noqa: F401,F403
 from .plotting import *  # noqa: F401,F403
 from .pointcloud import *  # noqa: F401,F403
 from .positional import *  # noqa: F401,F403
+from .scaling import *  # noqa: F401,F403
 from .scoring import *  # noqa: F401,F403
 from .seq2seq import *  # noqa: F401,F403
 from .serving import *  # noqa: F401,F403
@@ -97,8 +102,8 @@ from .vision import *  # noqa: F401,F403
 __version__ = "0.1.0"
 
 _MODULES = (circuits, data, diagnostics, flash, gpt, graphs, interactive, kernel_regression,
-            linear, masking, multihead, ngram, plotting, pointcloud, positional, scoring, seq2seq,
-            serving, sets, text, training, transformer, vision)
+            linear, masking, multihead, ngram, plotting, pointcloud, positional, scaling,
+            scoring, seq2seq, serving, sets, text, training, transformer, vision)
 __all__ = sorted(name for module in _MODULES for name in module.__all__)
 
 #: Names that were public here and are no longer, with where they went (one release).

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import math
+import numbers
 from typing import Any, Iterator, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
@@ -84,6 +85,26 @@ def check_positive(name: str, value: object) -> None:
     """A positive finite number (a scale, a temperature, an epsilon, a bandwidth)."""
     if not _is_number(value) or not value > 0 or not math.isfinite(value):  # type: ignore
         raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+
+
+def check_positive_numbers(name: str, values: Sequence[object]) -> list:
+    """Finite positive numbers (computes, parameter counts); returned as floats."""
+    if not all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in values):
+        raise ValueError(f"{name} must hold finite positive numbers, got {values!r}")
+    out = [float(v) for v in values]  # type: ignore[arg-type]
+    if not all(math.isfinite(v) and v > 0 for v in out):
+        raise ValueError(f"{name} must hold finite positive numbers, got {values!r}")
+    return out
+
+
+def check_finite_numbers(name: str, values: Sequence[object]) -> list:
+    """Finite numbers (losses); returned as floats."""
+    if not all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in values):
+        raise ValueError(f"{name} must hold finite numbers, got {values!r}")
+    out = [float(v) for v in values]  # type: ignore[arg-type]
+    if not all(math.isfinite(v) for v in out):
+        raise ValueError(f"{name} must hold finite numbers, got {values!r}")
+    return out
 
 
 def check_positive_or_none(name: str, value: object) -> None:

@@ -19,6 +19,12 @@ middle of a longer one). Two phases:
   the lowest is best, down to ``MIN_LR``), seed 0; the best one (lowest held-out bits) is that
   size's learning rate in the sweep.
 * ``sweep``: every size x budget at its probed learning rate, for each ``--seeds``.
+* ``test``: the crossover predicted from the small runs, then tested. The frontier of the
+  sweep runs below ``FIT_BELOW`` FLOPs (held-out bits averaged over the seeds each has; a run
+  is on the frontier if no cheaper run is lower) is fitted with ``L(C) = E + A (C/1e12)^-g``;
+  the compute ``C*`` at which the fit reaches the 6-gram's bits is the prediction, written to
+  the table once (``"prediction"``) and never refitted. The test trains the largest size on
+  that frontier for the steps that spend ``C*`` (same learning rate), for each ``--seeds``.
 
 Compute is counted as ``6 N D`` floating-point operations (Kaplan et al. 2020, section 2.1):
 ``N`` the parameters outside the embeddings and the position table, ``D`` the characters the
@@ -32,7 +38,8 @@ both over the whole of it:
   prediction at window position ``t`` sees ``t + 1`` characters, so a window's first
   predictions have almost no context;
 * ``sliding_bits``: windows that advance by half a context, each character scored once, from
-  a window in which it has at least 64 characters before it (the first 64 of the text aside).
+  a window in which it has at least 64 characters before it (the first 64 of the text aside;
+  ``d2lattn.sliding_window_losses``).
 
 During a run, ``EVALS_PER_RUN`` evaluations on the first ``EVAL_WINDOWS`` windows record the
 curve. Results go to ``experiments/tables/ch12_scaling.json``, one row per (phase, size, lr,
@@ -44,7 +51,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import time
 from pathlib import Path
@@ -52,9 +58,11 @@ from pathlib import Path
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 
-from d2lattn.gpt import GPT, GPTConfig, held_out_losses, train_lm  # noqa: E402
+from d2lattn.gpt import (GPT, GPTConfig, held_out_losses, sliding_window_losses,  # noqa: E402
+                         train_lm)
+from d2lattn.scaling import (PowerLawFit, compute_frontier, fit_frontier,  # noqa: E402
+                             training_flops)
 from d2lattn.text import CharTokenizer, load_split  # noqa: E402
 
 TABLE = Path(__file__).resolve().parent / "tables" / "ch12_scaling.json"
@@ -76,6 +84,8 @@ MIN_LR = 2.5e-4  # ... and halves below LRS while the best rate is the lowest tr
 PROBE_STEPS = 300
 EVALS_PER_RUN = 6
 EVAL_WINDOWS = 32
+FIT_BELOW = 1.2e13  # the prediction sees only runs cheaper than this
+NGRAM_JSON = Path(__file__).resolve().parents[1] / "book" / "data" / "ch12_ngram.json"
 
 
 def make_config(size: str, vocab_size: int) -> GPTConfig:
@@ -89,35 +99,6 @@ def non_embedding_parameters(model: GPT) -> int:
     skip = {id(model.embedding.weight)}
     skip |= {id(p) for n, p in model.named_parameters() if "position" in n}
     return sum(p.numel() for p in model.parameters() if id(p) not in skip)
-
-
-@torch.no_grad()
-def sliding_bits(model: GPT, data: torch.Tensor, *, batch_size: int = 64) -> float:
-    """Mean bits per character, each character predicted once with >= T/2 characters before it.
-
-    Windows of ``T + 1`` tokens start every ``T/2`` tokens; the first window scores all its
-    predictions, every later one only its last ``T/2`` (whose context is at least ``T/2``).
-    """
-    T = model.config.block_size
-    half = T // 2
-    model.eval()
-    device = model.embedding.weight.device
-    starts = list(range(0, data.numel() - T - 1 + 1, half))
-    total, count = 0.0, 0
-    for i in range(0, len(starts), batch_size):
-        chunk = torch.tensor(starts[i:i + batch_size])
-        index = chunk[:, None] + torch.arange(T + 1)  # (b, T + 1)
-        windows = data[index].to(device)
-        logits = model(windows[:, :-1]).float()  # (b, T, V)
-        nats = F.cross_entropy(logits.transpose(1, 2), windows[:, 1:], reduction="none")
-        keep = torch.zeros_like(nats, dtype=torch.bool)
-        keep[:, half:] = True
-        if i == 0:
-            keep[0] = True  # the text's first characters: the only context they have
-        total += nats[keep].sum().item()
-        count += int(keep.sum())
-    # the tail after the last full window is left out: fewer than T/2 characters
-    return total / count / math.log(2)
 
 
 def load_table() -> dict:
@@ -140,8 +121,27 @@ def key(run: dict) -> tuple:
     return (run["phase"], run["size"], run["lr"], run["steps"], run["seed"])
 
 
+def frontier_fit(runs: list, metric: str = "window_start_bits",
+                 below: float = FIT_BELOW) -> dict:
+    """The frontier of the sweep runs cheaper than ``below`` (bits averaged over the seeds each
+    (size, steps) has) and its power law, ``d2lattn.fit_frontier``."""
+    groups: dict = {}
+    for r in runs:
+        if r["phase"] == "sweep" and r["flops"] < below:
+            groups.setdefault((r["size"], r["steps"]), []).append(r)
+    points = [(g[0]["flops"], sum(r[metric] for r in g) / len(g), size, steps, len(g))
+              for (size, steps), g in sorted(groups.items())]
+    frontier = [points[i] for i in compute_frontier([p[0] for p in points],
+                                                    [p[1] for p in points])]
+    fit = fit_frontier([p[0] for p in frontier], [p[1] for p in frontier])
+    return {"metric": metric, "below": below, "E": fit.E, "A": fit.A, "g": fit.g,
+            "scale": fit.scale,
+            "frontier": [{"flops": p[0], "bits": round(p[1], 4), "size": p[2], "steps": p[3],
+                          "seeds": p[4]} for p in frontier]}
+
+
 def train_one(phase: str, size: str, lr: float, steps: int, seed: int, device: str,
-              data: dict) -> dict:
+              data: dict, checkpoint_dir: Path | None = None) -> dict:
     tok, train, held_out = data["tok"], data["train"], data["held_out"]
     torch.manual_seed(seed)
     model = GPT(make_config(size, len(tok))).to(device)
@@ -163,28 +163,36 @@ def train_one(phase: str, size: str, lr: float, steps: int, seed: int, device: s
     row = {
         "phase": phase, "size": size, "lr": lr, "steps": steps, "seed": seed,
         "parameters": model.num_parameters(), "non_embedding_parameters": N,
-        "characters": D, "flops": 6 * N * D, "passes": round(D / train.numel(), 3),
+        "characters": D, "flops": int(training_flops(N, D)), "passes": round(D / train.numel(), 3),
         "cpu_seconds": round(cpu, 1), "device": device, "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "final_train_loss_nats": round(sum(losses[-20:]) / len(losses[-20:]), 4),
         "held_out_curve": curve,
         "window_start_bits": round(window_start.mean().item(), 4),
         "window_start_bits_by_position": [round(x, 3) for x in window_start.mean(0).tolist()],
-        "sliding_bits": round(sliding_bits(model, held_out), 4),
+        "sliding_bits": round(sliding_window_losses(model, held_out).mean().item(), 4),
     }
+    if checkpoint_dir is not None:  # float16 weights with their config, as chapter 12 ships
+        checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        state = {k: v.half() if v.is_floating_point() else v
+                 for k, v in model.state_dict().items()}
+        torch.save({"config": vars(model.config), "state_dict": state, "run": row},
+                   checkpoint_dir / f"ch12_scaling_{size}_{steps}_seed{seed}.pt")
     return row
 
 
 def main() -> None:
     global TABLE
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--phase", choices=["probe", "sweep", "both"], default="both")
+    parser.add_argument("--phase", choices=["probe", "sweep", "both", "test"], default="both")
     parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
     parser.add_argument("--steps", type=int, nargs="+", default=STEPS)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--max-flops", type=float, default=None,
                         help="skip sweep runs above this compute (6ND)")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--checkpoint-dir", type=Path, default=None,
+                        help="save each trained model here (float16 weights and config)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--table", type=Path, default=TABLE,
                         help="where to write (default: the chapter's table); a separate file "
@@ -198,7 +206,10 @@ def main() -> None:
         table = load_table()
         done = {key(r) for r in table["runs"]}
         for path in args.merge:
-            for row in json.loads(path.read_text())["runs"]:
+            other = json.loads(path.read_text())
+            if "prediction" in other:
+                table.setdefault("prediction", other["prediction"])
+            for row in other["runs"]:
                 if key(row) not in done:
                     table["runs"].append(row)
                     done.add(key(row))
@@ -220,7 +231,7 @@ def main() -> None:
         k = (phase, size, lr, steps, seed)
         if k in done:
             return
-        row = train_one(phase, size, lr, steps, seed, args.device, data)
+        row = train_one(phase, size, lr, steps, seed, args.device, data, args.checkpoint_dir)
         table["runs"].append(row)
         done.add(k)
         save_table(table)
@@ -256,6 +267,28 @@ def main() -> None:
             if args.max_flops is not None and flops > args.max_flops:
                 continue
             run("sweep", size, best_lr[size], steps, seed)
+    if args.phase == "test":
+        if "prediction" not in table:
+            ngram = json.loads(NGRAM_JSON.read_text())["corpora"]["shakespeare"]
+            target = min(ngram["bits"].values())
+            fit = frontier_fit(table["runs"])
+            C = PowerLawFit(fit["E"], fit["A"], fit["g"], fit["scale"]).crossover(target)
+            size = max(fit["frontier"], key=lambda p: p["flops"])["size"]
+            N = next(r["non_embedding_parameters"] for r in table["runs"] if r["size"] == size)
+            steps = round(C / (6 * N * BATCH_SIZE * BLOCK_SIZE))
+            table["prediction"] = {
+                "fit": fit, "ngram_bits": target, "crossover_flops": C, "size": size,
+                "steps": steps, "made": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                "sweep_runs_seen": sum(r["phase"] == "sweep" for r in table["runs"])}
+            save_table(table)
+        pred = table["prediction"]
+        print(f"prediction: the GPT reaches the 6-gram's {pred['ngram_bits']} bits at "
+              f"{pred['crossover_flops']:.3g} FLOPs; test: {pred['size']} for {pred['steps']} steps",
+              flush=True)
+        lr = min((r for r in table["runs"] if r["phase"] == "probe" and r["size"] == pred["size"]),
+                 key=lambda r: r["window_start_bits"])["lr"]
+        for seed in args.seeds:
+            run("test", pred["size"], lr, pred["steps"], seed)
 
 
 if __name__ == "__main__":
