@@ -584,8 +584,9 @@ def sliding_window_losses(model: GPT, data: Tensor, *, stride: Optional[int] = N
         ValueError: a bidirectional model, ``data`` too short or not 1-D integer tokens, a
             ``stride`` outside ``1 .. block_size``.
 
-    Source: the strided evaluation of Press et al. (2021), "Shortformer", section 4.1 (each
-    token scored once, from a window that gives it context); book chapter 12.
+    Source: the sliding-window inference that Press et al. (2021), "Shortformer", set against
+    non-overlapping windows (whose first tokens suffer the "early token curse"), with a
+    stride of half a window; book chapter 12.
     """
     T = model.config.block_size
     if not model.config.causal:
