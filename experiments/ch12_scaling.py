@@ -164,7 +164,7 @@ def train_one(phase: str, size: str, lr: float, steps: int, seed: int, device: s
         "phase": phase, "size": size, "lr": lr, "steps": steps, "seed": seed,
         "parameters": model.num_parameters(), "non_embedding_parameters": N,
         "characters": D, "flops": int(training_flops(N, D)), "passes": round(D / train.numel(), 3),
-        "cpu_seconds": round(cpu, 1), "device": device, "torch": torch.__version__,
+        "cpu_seconds": round(cpu, 1), "device": device, "torch": str(torch.__version__),
         "threads": torch.get_num_threads(),
         "final_train_loss_nats": round(sum(losses[-20:]) / len(losses[-20:]), 4),
         "held_out_curve": curve,
