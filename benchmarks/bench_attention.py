@@ -28,10 +28,8 @@ from __future__ import annotations
 import argparse
 import ctypes
 import ctypes.util
-import statistics
 import sys
-import time
-from typing import Callable, Dict, List, Tuple
+from typing import Tuple
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +37,11 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from d2lattn import DotProductAttention, MultiHeadAttention, valid_lens_to_mask
+
+if __package__:  # imported as benchmarks.bench_attention
+    from ._timing import interleaved_medians
+else:  # run as a script: python benchmarks/bench_attention.py
+    from _timing import interleaved_medians
 
 GOAL = 1.2
 
@@ -55,21 +58,6 @@ def fix_malloc_thresholds() -> bool:
                     and libc.mallopt(M_TRIM_THRESHOLD, 2**30))
     except (AttributeError, OSError):  # not glibc
         return False
-
-
-def interleaved_medians(fns: Dict[str, Callable[[], object]], rounds: int, calls: int) -> Dict[str, float]:
-    """Median seconds per call of each function, timed in alternation."""
-    for fn in fns.values():  # warm-up
-        for _ in range(3):
-            fn()
-    samples: Dict[str, List[float]] = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            samples[name].append((time.perf_counter() - start) / calls)
-    return {name: statistics.median(s) for name, s in samples.items()}
 
 
 def bench_dot_product(rounds: int) -> Tuple[float, float]:
@@ -89,7 +77,8 @@ def bench_dot_product(rounds: int) -> Tuple[float, float]:
 
     with torch.no_grad():
         torch.testing.assert_close(run_ours(), run_torch(), rtol=1e-4, atol=1e-5)
-        t = interleaved_medians({"ours": run_ours, "torch": run_torch}, rounds, calls=3)
+        t = interleaved_medians({"ours": run_ours, "torch": run_torch}, rounds, calls=3,
+                                warmup=3)
     return t["ours"], t["torch"]
 
 
@@ -115,7 +104,8 @@ def bench_multihead(rounds: int) -> Tuple[float, float]:
         (a, wa), (b, wb) = run_ours(), run_torch()
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(wa, wb, rtol=1e-4, atol=1e-5)
-        t = interleaved_medians({"ours": run_ours, "torch": run_torch}, rounds, calls=3)
+        t = interleaved_medians({"ours": run_ours, "torch": run_torch}, rounds, calls=3,
+                                warmup=3)
     return t["ours"], t["torch"]
 
 

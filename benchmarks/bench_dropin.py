@@ -20,9 +20,7 @@ Timings are medians of interleaved repeats; the counts and bytes are exact.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
@@ -30,6 +28,11 @@ import torch.nn.functional as F
 from d2lattn.flash import _Tiling, flash_attention
 from d2lattn.multihead import GroupedQueryAttention
 from d2lattn.transformer import KVCache
+
+if __package__:  # imported as benchmarks.bench_dropin (tests/test_dropin_flash.py does)
+    from ._timing import interleaved_medians
+else:  # run as a script: python benchmarks/bench_dropin.py
+    from _timing import interleaved_medians
 
 MiB = 2 ** 20
 
@@ -125,16 +128,8 @@ def valid_lens_tiles(T: int, rounds: int) -> None:
     print(f"   row-tiles computed: {per_row} (before: {before}, {per_row / before:.2f}x)")
     fns = {"[T, T/8]": lambda: flash_attention(q, k, v, valid_lens=lens),
            "[T, T]": lambda: flash_attention(q, k, v, valid_lens=torch.tensor([T, T]))}
-    samples = {name: [] for name in fns}
     with torch.no_grad():
-        for fn in fns.values():
-            fn()
-        for _ in range(rounds):
-            for name, fn in fns.items():
-                start = time.perf_counter()
-                fn()
-                samples[name].append(time.perf_counter() - start)
-    t = {name: statistics.median(s) for name, s in samples.items()}
+        t = interleaved_medians(fns, rounds)
     print(f"   forward time: lengths [T, T/8] {t['[T, T/8]'] * 1e3:7.1f} ms, [T, T] "
           f"{t['[T, T]'] * 1e3:7.1f} ms, ratio {t['[T, T/8]'] / t['[T, T]']:.2f}")
 

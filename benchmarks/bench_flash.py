@@ -26,11 +26,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
-from typing import Callable, Dict, List
 
 # On a machine shared with other work, run with OMP_WAIT_POLICY=PASSIVE in the environment: by
 # default idle OpenMP threads spin, and when a core is taken by another process every one of the
@@ -42,6 +39,11 @@ import torch.nn.functional as F  # noqa: E402
 
 from d2lattn import DotProductAttention, flash_attention  # noqa: E402
 
+if __package__:  # imported as benchmarks.bench_flash
+    from ._timing import interleaved_medians  # noqa: E402
+else:  # run as a script: python benchmarks/bench_flash.py
+    from _timing import interleaved_medians  # noqa: E402
+
 B, H, D = 1, 8, 64
 MiB = 2 ** 20
 
@@ -49,19 +51,6 @@ MiB = 2 ** 20
 def inputs(T: int):
     g = torch.Generator().manual_seed(0)
     return tuple(torch.randn(B, H, T, D, generator=g) for _ in range(3))  # (B, h, T, d)
-
-
-def interleaved_medians(fns: Dict[str, Callable[[], object]], rounds: int) -> Dict[str, float]:
-    """Median seconds per call of each function, timed in alternation after one warm-up call."""
-    for fn in fns.values():
-        fn()
-    samples: Dict[str, List[float]] = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            fn()
-            samples[name].append(time.perf_counter() - start)
-    return {name: statistics.median(s) for name, s in samples.items()}
 
 
 def _status_bytes(field: str) -> int:

@@ -29,10 +29,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
-from typing import Callable, Dict, List
+from typing import Callable, Dict
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
@@ -42,6 +41,11 @@ from torch import nn  # noqa: E402
 
 from d2lattn.gpt import GPT, GPTConfig  # noqa: E402
 from d2lattn.transformer import TransformerEncoderBlock  # noqa: E402
+
+if __package__:  # imported as benchmarks.bench_gpt
+    from ._timing import interleaved_medians  # noqa: E402
+else:  # run as a script: python benchmarks/bench_gpt.py
+    from _timing import interleaved_medians  # noqa: E402
 
 CONFIG = dict(vocab_size=65, block_size=128, num_hiddens=128, num_heads=4, num_layers=4,
               ffn_num_hiddens=512)  # the chapter's Shakespeare model
@@ -95,21 +99,13 @@ def training_step(model: nn.Module, X: torch.Tensor, Y: torch.Tensor) -> Callabl
     return step
 
 
-def interleaved_medians(fns: Dict[str, Callable[[], object]], rounds: int) -> Dict[str, float]:
+def cpu_medians(fns: Dict[str, Callable[[], object]], rounds: int) -> Dict[str, float]:
     """Median CPU seconds per call of each function, timed in alternation after one warm-up.
 
     CPU time of this process (``time.process_time``): with one thread it is what the work
     costs, and other programs on the machine inflate it much less than wall-clock time.
     """
-    for fn in fns.values():
-        fn()
-    samples: Dict[str, List[float]] = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            start = time.process_time()
-            fn()
-            samples[name].append(time.process_time() - start)
-    return {name: statistics.median(s) for name, s in samples.items()}
+    return interleaved_medians(fns, rounds, clock=time.process_time)
 
 
 def main() -> int:
@@ -133,10 +129,10 @@ def main() -> int:
         ref.eval(), ours.eval()
         same = torch.allclose(ours(X), ref(X), rtol=1e-4, atol=1e-5)
     ref.train(), ours.train(), rotary.train()
-    step = interleaved_medians({"d2lattn (learned positions)": training_step(ours, X, Y),
-                                "nn.TransformerEncoderLayer": training_step(ref, X, Y),
-                                "d2lattn (rotary, the chapter's)": training_step(rotary, X, Y)},
-                               args.rounds)
+    step = cpu_medians({"d2lattn (learned positions)": training_step(ours, X, Y),
+                        "nn.TransformerEncoderLayer": training_step(ref, X, Y),
+                        "d2lattn (rotary, the chapter's)": training_step(rotary, X, Y)},
+                       args.rounds)
     ratio = step["d2lattn (learned positions)"] / step["nn.TransformerEncoderLayer"]
     ratio_rotary = step["d2lattn (rotary, the chapter's)"] / step["nn.TransformerEncoderLayer"]
 
@@ -147,7 +143,7 @@ def main() -> int:
     with torch.no_grad():
         same_tokens = torch.equal(long.generate(prompt, 32, greedy=True, use_cache=True),
                                   long.generate(prompt, 32, greedy=True, use_cache=False))
-    gen = interleaved_medians(
+    gen = cpu_medians(
         {"with cache": lambda: long.generate(prompt, n, greedy=True, use_cache=True),
          "without cache": lambda: long.generate(prompt, n, greedy=True, use_cache=False)},
         max(1, args.rounds // 3))

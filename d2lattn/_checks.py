@@ -74,6 +74,22 @@ def check_positive_ints(**sizes: object) -> None:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
+def check_choice(name: str, value: object, choices: Sequence[object]) -> None:
+    """Raise ``ValueError`` unless ``value`` is one of ``choices`` (a model's ``kind``, a
+    method's name), naming the argument and listing the choices.
+
+    Example:
+        >>> check_choice("kind", "graph", ("deepsets", "sab"))
+        Traceback (most recent call last):
+            ...
+        ValueError: kind must be one of ('deepsets', 'sab'), got 'graph'
+
+    Source: the book's input-checking convention (bad input names the argument).
+    """
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+
+
 def check_non_negative_ints(**sizes: object) -> None:
     """Raise ``ValueError`` naming the first argument that is not an ``int >= 0``."""
     for name, value in sizes.items():
@@ -864,8 +880,7 @@ ROPE_SCALINGS = ("none", "interpolation", "ntk", "yarn")
 def check_rope_scaling(method: object, factor: object, original_context: object) -> None:
     """Raise ``ValueError`` unless ``method`` is a known rotary scaling, ``factor >= 1`` a
     number, and ``original_context`` a positive integer where YaRN needs it."""
-    if method not in ROPE_SCALINGS:
-        raise ValueError(f"method must be one of {ROPE_SCALINGS}, got {method!r}")
+    check_choice("method", method, ROPE_SCALINGS)
     if not _is_number(factor) or not factor >= 1 or not math.isfinite(factor):  # type: ignore
         raise ValueError(f"factor must be a finite number >= 1, got {factor!r}")
     if method == "yarn":

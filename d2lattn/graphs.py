@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._checks import check_adjacency, check_dropout, check_positive_ints
+from ._checks import check_adjacency, check_choice, check_dropout, check_positive_ints
 from .masking import masked_softmax
 from .transformer import TransformerEncoderBlock
 from .training import Callback, fit
@@ -270,8 +270,7 @@ class GraphNodeClassifier(nn.Module):
     def __init__(self, kind: str, in_features: int, num_classes: int, *, num_hiddens: int = 8,
                  num_heads: int = 4, dropout: float = 0.5) -> None:
         super().__init__()
-        if kind not in self.KINDS:
-            raise ValueError(f"kind must be one of {self.KINDS}, got {kind!r}")
+        check_choice("kind", kind, self.KINDS)
         check_positive_ints(in_features=in_features, num_classes=num_classes,
                             num_hiddens=num_hiddens, num_heads=num_heads)
         check_dropout(dropout)

@@ -50,7 +50,7 @@ from typing import Any
 
 import torch
 
-from ._checks import check_grid_entry
+from ._checks import check_choice, check_grid_entry
 
 __all__ = ["InteractiveFigure", "frame_key", "grid_parts", "set_language", "translate_data",
            "use_widgets", "widgets_enabled"]
@@ -364,8 +364,7 @@ class InteractiveFigure:
             if field not in control:
                 raise ValueError(f"a control lacks the field {field!r}: {control}")
         control.setdefault("type", "slider")
-        if control["type"] not in CONTROL_TYPES:
-            raise ValueError(f"control type must be one of {CONTROL_TYPES}, got {control['type']!r}")
+        check_choice("control type", control["type"], CONTROL_TYPES)
         control["values"] = [str(v) for v in control["values"]]
         if not control["values"]:
             raise ValueError(f"control {control['name']!r} has no values")
@@ -378,8 +377,7 @@ class InteractiveFigure:
     @staticmethod
     def _check_panel(panel: dict[str, Any]) -> dict[str, Any]:
         required = {"bars": ("labels",), "grid": ("rows", "cols"), "lines": ("x",), "readout": ()}
-        if panel.get("type") not in PANEL_TYPES:
-            raise ValueError(f"panel type must be one of {PANEL_TYPES}, got {panel.get('type')!r}")
+        check_choice("panel type", panel.get("type"), PANEL_TYPES)
         for field in ("name",) + required[panel["type"]]:
             if field not in panel:
                 raise ValueError(f"a {panel['type']} panel lacks the field {field!r}")

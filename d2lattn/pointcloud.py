@@ -28,7 +28,7 @@ from typing import NamedTuple, Optional, Sequence
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_positive_ints, check_set_lens
+from ._checks import check_choice, check_positive_ints, check_set_lens
 from .masking import valid_lens_to_mask
 from .transformer import TransformerEncoderBlock
 
@@ -370,8 +370,7 @@ class PointCloudClassifier(nn.Module):
     def __init__(self, kind: str, num_classes: int, *, num_hiddens: int = 32,
                  num_layers: int = 2, num_heads: int = 4, k: int = 16) -> None:
         super().__init__()
-        if kind not in self.KINDS:
-            raise ValueError(f"kind must be one of {self.KINDS}, got {kind!r}")
+        check_choice("kind", kind, self.KINDS)
         check_positive_ints(num_classes=num_classes, num_hiddens=num_hiddens,
                             num_layers=num_layers, num_heads=num_heads, k=k)
         self.kind, d = kind, num_hiddens

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._checks import ValidLens, check_hidden_states, check_positive_ints
+from ._checks import ValidLens, check_choice, check_hidden_states, check_positive_ints
 from .multihead import MultiHeadAttention
 from .training import Callback, fit
 
@@ -253,8 +253,7 @@ class SetRegressor(nn.Module):
     def __init__(self, kind: str, in_features: int, *, num_hiddens: int = 64,
                  num_heads: int = 4, num_layers: int = 2, num_inducing: int = 8) -> None:
         super().__init__()
-        if kind not in self.KINDS:
-            raise ValueError(f"kind must be one of {self.KINDS}, got {kind!r}")
+        check_choice("kind", kind, self.KINDS)
         check_positive_ints(in_features=in_features, num_hiddens=num_hiddens,
                             num_heads=num_heads, num_layers=num_layers,
                             num_inducing=num_inducing)

@@ -73,35 +73,43 @@ BATCH = 128
 batches = [order[i:i + BATCH] for i in range(0, len(order), BATCH)]
 
 
-class DateEncoder(nn.Module):
-    def __init__(self, vocab_size, num_hiddens=64, num_heads=4, num_layers=1, positions="learned"):
+POSITIONS = {"learned": LearnedPositionalEmbedding, "sinusoidal": PositionalEncoding}
+
+
+class DateStack(nn.Module):
+    """What the chapter's DateEncoder and DateDecoder share: embedding + positions + pre-norm
+    blocks of one kind + LayerNorm, created in the chapter's order (so the same seed gives the
+    chapter's parameters)."""
+
+    def __init__(self, block, vocab_size, num_hiddens, num_heads, num_layers, positions):
         super().__init__()
         self.embedding = nn.Embedding(vocab_size, num_hiddens)
-        table = {"learned": LearnedPositionalEmbedding, "sinusoidal": PositionalEncoding}
-        self.pos = table[positions](num_hiddens, max_len=64)
-        self.blocks = nn.ModuleList(
-            TransformerEncoderBlock(num_hiddens, num_heads, 2 * num_hiddens, norm_first=True)
-            for _ in range(num_layers))
+        self.pos = POSITIONS[positions](num_hiddens, max_len=64)
+        self.blocks = nn.ModuleList(block(num_hiddens, num_heads, 2 * num_hiddens, norm_first=True)
+                                    for _ in range(num_layers))
         self.norm = nn.LayerNorm(num_hiddens)
 
+    def embed(self, X):
+        return self.embedding(X) + self.pos.P[:X.shape[1]]
+
+
+class DateEncoder(DateStack):
+    def __init__(self, vocab_size, num_hiddens=64, num_heads=4, num_layers=1, positions="learned"):
+        super().__init__(TransformerEncoderBlock, vocab_size, num_hiddens, num_heads, num_layers,
+                         positions)
+
     def forward(self, X, valid_lens):
-        H = self.embedding(X) + self.pos.P[:X.shape[1]]
+        H = self.embed(X)
         for block in self.blocks:
             H = block(H, valid_lens)
         return self.norm(H), None
 
 
-class DateDecoder(nn.Module):
+class DateDecoder(DateStack):
     def __init__(self, vocab_size, num_hiddens=64, num_heads=4, num_layers=1, positions="learned"):
-        super().__init__()
+        super().__init__(TransformerDecoderBlock, vocab_size, num_hiddens, num_heads, num_layers,
+                         positions)
         self.vocab_size = vocab_size
-        self.embedding = nn.Embedding(vocab_size, num_hiddens)
-        table = {"learned": LearnedPositionalEmbedding, "sinusoidal": PositionalEncoding}
-        self.pos = table[positions](num_hiddens, max_len=64)
-        self.blocks = nn.ModuleList(
-            TransformerDecoderBlock(num_hiddens, num_heads, 2 * num_hiddens, norm_first=True)
-            for _ in range(num_layers))
-        self.norm = nn.LayerNorm(num_hiddens)
         self.dense = nn.Linear(num_hiddens, vocab_size)
 
     def init_state(self, memory, _, valid_lens):
@@ -109,7 +117,7 @@ class DateDecoder(nn.Module):
 
     def forward(self, Y_in, state):
         memory, valid_lens = state
-        H = self.embedding(Y_in) + self.pos.P[:Y_in.shape[1]]
+        H = self.embed(Y_in)
         for block in self.blocks:
             H = block(H, memory, valid_lens)
         return self.dense(self.norm(H)), state

@@ -6,11 +6,12 @@ import pytest
 import torch
 from torch import nn
 
-from d2lattn.graphs import GraphAttention, add_self_loops, normalized_adjacency
+from d2lattn.graphs import (GraphAttention, GraphNodeClassifier, add_self_loops,
+                            normalized_adjacency)
 from d2lattn.pointcloud import (SHAPES, PointCloudClassifier, VectorSelfAttention, knn_indices,
                                 make_point_clouds, random_rotations)
 from d2lattn.sets import (InducedSetAttentionBlock, MultiheadAttentionBlock,
-                          PoolingByMultiheadAttention)
+                          PoolingByMultiheadAttention, SetRegressor)
 
 
 def random_graph(N, p=0.3, seed=0):
@@ -299,3 +300,13 @@ def test_set_blocks_bad_input():
         PoolingByMultiheadAttention(8, 2, num_seeds=0)
     with pytest.raises(ValueError, match="Y must be a float tensor"):
         MultiheadAttentionBlock(8, 2)(torch.randn(1, 2, 8), torch.randn(1, 2, 4))
+
+
+@pytest.mark.parametrize("model, sizes", [(PointCloudClassifier, (5,)), (SetRegressor, (2,)),
+                                          (GraphNodeClassifier, (8, 3))])
+def test_an_unknown_kind_is_refused_with_the_kinds(model, sizes):
+    """The three models of the chapter check ``kind`` with one check: the message names the
+    argument, lists the model's kinds and shows what was given."""
+    with pytest.raises(ValueError) as info:
+        model("nope", *sizes)
+    assert str(info.value) == f"kind must be one of {model.KINDS}, got 'nope'"

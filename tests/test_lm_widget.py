@@ -16,6 +16,7 @@ Chromium and playwright as in tests/test_site.py (Debian's chromium, no browser 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import http.server
 import importlib.util
@@ -178,6 +179,38 @@ def _recorder(context, base_url: str):
     return recorder
 
 
+@contextlib.contextmanager
+def _served_page(directory: Path, context) -> Iterator[SimpleNamespace]:
+    """A new page of ``context`` with ``directory`` served at a local address (``base``) and
+    a recorder of what the browser does from now on; afterwards the page closes and the server
+    stops."""
+    server, thread, base = _serve(directory)
+    recorder = _recorder(context, base)
+    page = context.new_page()
+    try:
+        yield SimpleNamespace(page=page, base=base, recorder=recorder)
+    finally:
+        page.close()
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+def _wait_until_ready(page) -> None:
+    page.wait_for_function("document.querySelector('.d2lattn-lm').dataset.ready === '1'")
+
+
+def _assert_nothing_fetched_yet(recorder) -> None:
+    assert not [u for u in recorder.requests if "/d2lattn-lm/" in u], \
+        "the weights were fetched before anyone asked"
+
+
+def _assert_local_and_clean(recorder) -> None:
+    """No request left the machine, nothing failed to load, nothing was logged as an error."""
+    assert recorder.foreign_hosts() == set()
+    assert recorder.failures == [] and recorder.console_errors == []
+
+
 NEXT_LOGITS = """async ([corpus, texts]) => {
   const out = [];
   for (const text of texts) out.push(Array.from(await d2lattnLM.nextLogits(corpus, text)));
@@ -201,15 +234,12 @@ def _largest_difference(page, corpus: str, prompts) -> float:
 
 
 def test_js_forward_equals_pytorch(exported, chromium):
-    server, thread, base = _serve(exported.site)
-    recorder = _recorder(chromium.context, base)
-    page = chromium.context.new_page()
-    try:
-        page.goto(base + "index.html", wait_until="load")
-        page.wait_for_function("document.querySelector('.d2lattn-lm').dataset.ready === '1'")
+    with _served_page(exported.site, chromium.context) as served:
+        page, recorder = served.page, served.recorder
+        page.goto(served.base + "index.html", wait_until="load")
+        _wait_until_ready(page)
         page.wait_for_timeout(300)
-        assert not [u for u in recorder.requests if "/d2lattn-lm/" in u], \
-            "the weights were fetched before anyone asked"
+        _assert_nothing_fetched_yet(recorder)
         worst = {c: _largest_difference(page, c, _prompts(c)) for c in ("shakespeare", "tang")}
         print("largest |JS - PyTorch| logit difference:", worst)
         assert max(worst.values()) <= TOLERANCE, worst
@@ -222,20 +252,13 @@ def test_js_forward_equals_pytorch(exported, chromium):
         fetched = {u.rsplit("/", 1)[1] for u in recorder.requests if "/d2lattn-lm/" in u}
         assert fetched == {"shakespeare.json", "tang.json", exported.info["shakespeare"]["weights"],
                            exported.info["tang"]["weights"]}
-        assert recorder.foreign_hosts() == set()
-        assert recorder.failures == [] and recorder.console_errors == []
-    finally:
-        page.close()
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+        _assert_local_and_clean(recorder)
 
 
 def test_sampling_distribution_equals_next_token_probs(exported, chromium):
-    server, thread, base = _serve(exported.site)
-    page = chromium.context.new_page()
-    try:
-        page.goto(base + "index.html", wait_until="load")
+    with _served_page(exported.site, chromium.context) as served:
+        page = served.page
+        page.goto(served.base + "index.html", wait_until="load")
         page.wait_for_function("window.d2lattnLM !== undefined")
         logits = _torch_logits("shakespeare", "ROMEO:\nI will not s")
         for kw in ({"temperature": 1.0}, {"temperature": 0.5, "top_k": 5},
@@ -247,11 +270,6 @@ def test_sampling_distribution_equals_next_token_probs(exported, chromium):
             got = torch.tensor(got, dtype=torch.float64)
             assert torch.equal(got > 0, want > 0), kw  # the same characters kept
             assert torch.allclose(got, want.double(), atol=1e-6), kw
-    finally:
-        page.close()
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
 
 
 def _type_and_generate(page, prompt: str, n: int, timeout: int = 60000) -> dict:
@@ -289,21 +307,12 @@ def _check_widget(page, corpus_prompt: str, lang: str) -> dict:
 
 
 def test_stub_page_generates_in_both_languages(exported, chromium):
-    server, thread, base = _serve(exported.site)
-    recorder = _recorder(chromium.context, base)
-    page = chromium.context.new_page()
-    try:
+    with _served_page(exported.site, chromium.context) as served:
         for name, lang in (("index.html", "en"), ("zh.html", "zh")):
-            page.goto(base + name, wait_until="load")
-            page.wait_for_function("document.querySelector('.d2lattn-lm').dataset.ready === '1'")
-            _check_widget(page, "ROMEO:\n", lang)
-        assert recorder.foreign_hosts() == set()
-        assert recorder.failures == [] and recorder.console_errors == []
-    finally:
-        page.close()
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+            served.page.goto(served.base + name, wait_until="load")
+            _wait_until_ready(served.page)
+            _check_widget(served.page, "ROMEO:\n", lang)
+        _assert_local_and_clean(served.recorder)
 
 
 # --- on the built site: chapter 12 in both languages ------------------------------------------
@@ -320,24 +329,15 @@ def test_chapter12_writes_in_the_page(chromium, prefix, lang):
         pytest.skip(f"no built {prefix}{CHAPTER}: python tools/book.py build --no-pdf")
     assert 'class="d2lattn-lm"' in page_file.read_text(encoding="utf-8"), \
         f"{prefix}{CHAPTER} has lost its {{d2lattn-lm}} widget"
-    server, thread, base = _serve(SITE)
-    recorder = _recorder(chromium.context, base)
-    page = chromium.context.new_page()
-    try:
-        page.goto(base + prefix + CHAPTER, wait_until="load")
-        page.wait_for_function("document.querySelector('.d2lattn-lm').dataset.ready === '1'")
-        assert not [u for u in recorder.requests if "/d2lattn-lm/" in u], \
-            "the weights were fetched before anyone asked"
+    with _served_page(SITE, chromium.context) as served:
+        page, recorder = served.page, served.recorder
+        page.goto(served.base + prefix + CHAPTER, wait_until="load")
+        _wait_until_ready(page)
+        _assert_nothing_fetched_yet(recorder)
         _check_widget(page, "ROMEO:\n", lang)
         worst = {c: _largest_difference(page, c, _prompts(c)[:2]) for c in ("shakespeare", "tang")}
         assert max(worst.values()) <= TOLERANCE, worst
-        assert recorder.foreign_hosts() == set()
-        assert recorder.failures == [] and recorder.console_errors == []
-    finally:
-        page.close()
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+        _assert_local_and_clean(recorder)
 
 
 def test_from_a_file_url_it_says_why_and_logs_no_error(exported, chromium):
@@ -349,7 +349,7 @@ def test_from_a_file_url_it_says_why_and_logs_no_error(exported, chromium):
     page.on("pageerror", lambda e: errors.append(str(e)))
     try:
         page.goto((exported.site / "index.html").as_uri(), wait_until="load")
-        page.wait_for_function("document.querySelector('.d2lattn-lm').dataset.ready === '1'")
+        _wait_until_ready(page)
         page.locator("button.d2lattn-lm-generate").click()
         page.wait_for_function(
             "document.querySelector('.d2lattn-lm-status').textContent.includes('http.server')")
