@@ -42,9 +42,9 @@ both over the whole of it:
   ``d2lattn.sliding_window_losses``).
 
 During a run, ``EVALS_PER_RUN`` evaluations on the first ``EVAL_WINDOWS`` windows record the
-curve. Results go to ``experiments/tables/ch12_scaling.json``, one row per (phase, size, lr,
-steps, seed); a run already in the table is skipped, so an interrupted sweep resumes where it
-stopped. Runs go from the cheapest to the most expensive.
+curve. Results go to ``book/data/ch12_scaling.json`` (chapter 12 reads it), one row per
+(phase, size, lr, steps, seed); a run already in the table is skipped, so an interrupted sweep
+resumes where it stopped. Runs go from the cheapest to the most expensive.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ from d2lattn.scaling import (PowerLawFit, compute_frontier, fit_frontier,  # noq
                              training_flops)
 from d2lattn.text import CharTokenizer, load_split  # noqa: E402
 
-TABLE = Path(__file__).resolve().parent / "tables" / "ch12_scaling.json"
+TABLE = Path(__file__).resolve().parents[1] / "book" / "data" / "ch12_scaling.json"
 
 #: name -> (num_layers, num_hiddens, num_heads); the feed-forward layer is 4x wider, as in the
 #: chapter's model (which is "0.8M"). Names give the parameters outside the embeddings.
