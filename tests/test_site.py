@@ -29,6 +29,7 @@ that is a failure.
 from __future__ import annotations
 
 import functools
+import html
 import html.parser
 import http.server
 import json
@@ -595,6 +596,116 @@ def test_interactive_figures_draw_the_computed_numbers(site, base_url, browser):
     assert figures >= 6 and len(pages) >= 4, (figures, pages)
     times.sort()
     assert times[len(times) // 2] < 16, f"median redraw {times[len(times) // 2]:.1f} ms"
+
+
+# What each figure shows of its numbers: per panel the printed values, the axis's end labels,
+# each bar's colour and group, a grid's legend; and the hidden table of the setting drawn.
+SHOWN_NUMBERS = """() => [...document.querySelectorAll('.d2lattn-viz')].map(root => {
+  const panels = {};
+  root.querySelectorAll('.d2lattn-viz-panel').forEach(box => {
+    panels[box.dataset.panel] = {
+      nums: [...box.querySelectorAll('.d2lattn-viz-num')].map(e => e.textContent),
+      axis: [...box.querySelectorAll('.d2lattn-viz-axis')].map(e => e.textContent),
+      bars: [...box.querySelectorAll('rect.d2lattn-viz-bar')].map(
+        r => [r.getAttribute('fill'), r.dataset.group ?? null, Number(r.dataset.value)]),
+      legend: [...box.querySelectorAll('rect.d2lattn-viz-legend')].map(r => r.getAttribute('fill')),
+    };
+  });
+  const hidden = [...root.querySelectorAll('.d2lattn-viz-fallback table')].map(t =>
+    [...t.querySelectorAll('tr')].map(tr => [...tr.children].map(c => c.textContent)));
+  return {spec: root.querySelector('script.d2lattn-viz-data').textContent, panels, hidden};
+})"""
+
+
+def _table_numbers(panel, rows, integers):
+    """(where, text) of each number that a fallback table (rows of cell texts: the name, then
+    the numbers) prints for a panel whose numbers are counts; a grid cell's number may follow
+    its label, "b0 (1.00)"."""
+    import re
+
+    out = []
+    for row in rows:
+        if len(row) < 2 or (panel["type"] == "grid" and row[0] == ""):
+            continue  # a grid's header row
+        name, cells = row[0], row[1:]
+        counts = (integers[panel["name"]].get(name, False) if panel["type"] == "readout"
+                  else integers[panel["name"]] if panel["type"] in ("bars", "grid") else False)
+        if counts:
+            out += [(f"{panel['name']}: {name}", re.sub(r"^.*\((.*)\)$", r"\1", c))
+                    for c in cells]
+    return out
+
+
+def _static_tables(html_text: str, index: int) -> List[List[List[str]]]:
+    """The tables of the static fallback of the page's figure ``index``, as the HTML has it
+    (what a reader without the script, or a print of it, sees): rows of cell texts."""
+    import re
+
+    fallback = html_text.split('class="d2lattn-viz-fallback">')[index + 1].split("</div>", 1)[0]
+    return [[[html.unescape(re.sub(r"<[^>]+>", "", c)) for c in re.findall(
+                r"<t[dh]>(.*?)</t[dh]>", tr)] for tr in re.findall(r"<tr>(.*?)</tr>", table)]
+            for table in re.findall(r"<table>(.*?)</table>", fallback)]
+
+
+def test_interactive_figures_write_counts_as_integers_and_colour_bars_by_owner(site, base_url,
+                                                                               browser):
+    """A count is written as an integer wherever a figure shows it: "requests running 5", not
+    "5.00" (chapter 15), in the drawn readouts and bar values, the axis's end labels ("40", not
+    "40.00"), the table hidden for screen readers, and the static table a reader without the
+    script (or the PDF) gets. A number is a count when it is whole in every setting
+    (d2lattn.interactive.integer_parts). A bars panel with groups (chapter 15's tokens per
+    request) draws each bar in the colour of its group's cells in the figure's grid."""
+    import re
+
+    sys.path.insert(0, str(ROOT))
+    from d2lattn.interactive import integer_parts
+
+    whole = re.compile(r"-?\d+")
+    page = browser.context.new_page()
+    bad, counted, axes, grouped = [], 0, 0, 0
+    for rel in _viz_pages(site):
+        _open(page, base_url, rel, site)
+        page.wait_for_function(
+            "[...document.querySelectorAll('.d2lattn-viz')].every(r => r.dataset.ready === '1')",
+            timeout=10000)
+        text = (site / rel).read_text(encoding="utf-8")
+        for index, fig in enumerate(page.evaluate(SHOWN_NUMBERS)):
+            spec = json.loads(fig["spec"])
+            integers = integer_parts(spec["panels"], spec["frames"])
+            where = f"{rel} ({spec['title']})"
+            frame = spec["frames"][",".join(str(c["initial"]) for c in spec["controls"])]
+            static = _static_tables(text, index)
+            shown = []
+            for k, panel in enumerate(spec["panels"]):
+                drawn, name = fig["panels"][panel["name"]], panel["name"]
+                if panel["type"] in ("bars", "grid") and integers[name]:
+                    shown += [(f"{name} drawn", t) for t in drawn["nums"]]
+                elif panel["type"] == "readout":
+                    shown += [(f"{name} drawn: {key}", t) for key, t in
+                              zip(frame[name], drawn["nums"]) if integers[name][key]]
+                shown += [(f"hidden table, {w}", t)
+                          for w, t in _table_numbers(panel, fig["hidden"][k], integers)]
+                shown += [(f"static table, {w}", t)
+                          for w, t in _table_numbers(panel, static[k], integers)]
+                ends = drawn["axis"]
+                if ends and all(float(t).is_integer() for t in ends):
+                    axes += 1
+                    shown += [(f"{name} axis", t) for t in ends]
+                if panel["type"] == "bars" and "groups" in panel:
+                    grid = next(p for p in spec["panels"] if p["type"] == "grid" and "groups" in p)
+                    legend = fig["panels"][grid["name"]]["legend"]
+                    for (fill, group, value), g in zip(drawn["bars"], panel["groups"]):
+                        grouped += 1
+                        assert group == ("" if g is None else str(g)), where
+                        if value != 0 and g is not None and fill != legend[g]:
+                            bad.append(f"{where}: bar of group {g} is {fill}, its cells {legend[g]}")
+            for what, t in shown:
+                counted += 1
+                if not whole.fullmatch(t):
+                    bad.append(f"{where}: {what} shows {t!r}")
+    page.close()
+    assert bad == [], "\n".join(bad[:20])
+    assert counted >= 100 and axes >= 2 and grouped >= 16, (counted, axes, grouped)
 
 
 # The Chinese edition (tools/book.py builds it into zh/; book/_ext/d2lattn_i18n.py adds the
