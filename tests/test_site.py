@@ -1393,6 +1393,126 @@ def test_chinese_inside_formulas_is_drawn_with_the_shipped_font(site, base_url, 
     assert problems == [], "\n".join(problems[:20])
 
 
+# Every text of the rendered page that holds Chinese (body text, headings, tables, captions,
+# code and its outputs, figures' HTML and SVG text, formulas), grouped by what decides which
+# font draws a character: the computed font-family, weight, style and stretch, and the
+# language. For each group, a probe element with exactly that style, holding every Chinese
+# character of the group once, is added to the page, so that the browser can say (one
+# DevTools query per group) which fonts drew those glyphs. Closed <details> are opened first
+# (solutions, the library's code). Left out, as never drawn as text: <title>, <option> (a
+# menu's native list), attributes (aria labels), MathJax's hidden MathML copy.
+CJK_TEXT_BY_STYLE = """(cjk) => {
+  document.querySelectorAll('details').forEach(d => { d.open = true; });
+  const skip = 'script, style, title, noscript, textarea, option, template, mjx-assistive-mml';
+  const re = new RegExp(cjk, 'g'), groups = {};
+  let runs = 0, glyphs = 0;
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let t = walker.nextNode(); t; t = walker.nextNode()) {
+    const el = t.parentElement;
+    if (!el || el.closest(skip)) continue;
+    const chars = t.textContent.match(re);
+    if (!chars) continue;
+    const st = getComputedStyle(el), lang = (el.closest('[lang]') || document.documentElement).lang;
+    const key = JSON.stringify([st.fontFamily, st.fontWeight, st.fontStyle, st.fontStretch, lang]);
+    const g = groups[key] || (groups[key] = {chars: {}, where: el.tagName.toLowerCase() + '.'
+                                             + String(el.getAttribute('class') || '').split(' ')[0]});
+    chars.forEach(c => { g.chars[c] = true; });
+    runs += (t.textContent.match(new RegExp('(' + cjk + ')+', 'g')) || []).length;
+    glyphs += chars.length;
+  }
+  return {runs, glyphs, groups: Object.entries(groups).map(([key, g]) =>
+    ({key: JSON.parse(key), chars: Object.keys(g.chars).join(''), where: g.where}))};
+}"""
+
+ADD_PROBES = """async (probes) => {
+  document.querySelectorAll('[data-cjk-probe]').forEach(e => e.remove());
+  probes.forEach(([family, weight, style, stretch, lang, text], i) => {
+    const div = document.createElement('div');
+    div.setAttribute('data-cjk-probe', String(i));
+    div.lang = lang;
+    Object.assign(div.style, {position: 'absolute', left: '0', top: '0', whiteSpace: 'pre-wrap',
+      fontFamily: family, fontWeight: weight, fontStyle: style, fontStretch: stretch,
+      width: '40em'});
+    div.textContent = text;
+    document.body.appendChild(div);
+  });
+  document.body.getBoundingClientRect();
+  await document.fonts.ready;
+  await new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));
+  await document.fonts.ready;
+}"""
+
+
+def _fonts_of_probes(page, cdp, probes):
+    """For each probe (font-family, weight, style, stretch, lang, text): the web-font glyphs
+    and the system fonts (family, glyphs) that drew its text."""
+    page.evaluate(ADD_PROBES, probes)
+    root = cdp.send("DOM.getDocument", {"depth": 0})["root"]["nodeId"]
+    nodes = cdp.send("DOM.querySelectorAll",
+                     {"nodeId": root, "selector": "[data-cjk-probe]"})["nodeIds"]
+    assert len(nodes) == len(probes)
+    out = []
+    for node in nodes:
+        fonts = cdp.send("CSS.getPlatformFontsForNode", {"nodeId": node})["fonts"]
+        out.append((sum(f["glyphCount"] for f in fonts if f["isCustomFont"]),
+                    [(f["familyName"], f["glyphCount"]) for f in fonts if not f["isCustomFont"]]))
+    return out
+
+
+def test_every_chinese_glyph_of_the_chinese_site_is_drawn_with_the_shipped_font(site, base_url,
+                                                                                browser):
+    """Every Chinese character drawn on every page of the Chinese site comes from the shipped
+    CJK web font, as the browser itself reports it (Chrome DevTools
+    ``CSS.getPlatformFontsForNode``): body text, headings, tables, captions, code and its printed
+    output, the figures' readouts and labels, formulas. This machine has system CJK fonts, so a
+    glyph drawn by one (not a web font) is one that a reader without them sees as an empty box
+    (and that the Chinese PDF draws only where the printing machine has one). Which font draws
+    a character depends only on the character and on the computed font-family, weight, style,
+    stretch and language, so each such style is checked once with all the characters used in
+    it (on the first page that uses it, in that page's stylesheets); a bare ``monospace`` probe,
+    which must come out drawn by a system font, shows that the check can fail."""
+    pages = [rel for rel in _pages(site) if rel.startswith(ZH)]
+    page = browser.context.new_page()
+    cdp = browser.context.new_cdp_session(page)
+    cdp.send("DOM.enable")
+    cdp.send("CSS.enable")
+    seen: Dict[str, Set[str]] = {}
+    problems, runs, glyphs, styles, probes_checked = [], 0, 0, set(), 0
+    for rel in pages:
+        _open(page, base_url, rel, site)
+        page.evaluate(WAIT_FOR_MATHJAX)
+        page.wait_for_function("[...document.querySelectorAll('.d2lattn-viz')]"
+                               ".every(r => r.dataset.ready === '1')", timeout=10000)
+        found = page.evaluate(CJK_TEXT_BY_STYLE, CJK_CHAR)
+        runs, glyphs = runs + found["runs"], glyphs + found["glyphs"]
+        probes, wheres = [], []
+        for group in found["groups"]:
+            key = json.dumps(group["key"])
+            styles.add(key)
+            new = "".join(c for c in group["chars"] if c not in seen.setdefault(key, set()))
+            if new:
+                seen[key].update(new)
+                probes.append(group["key"] + [new])
+                wheres.append(f"{rel}: <{group['where']}> in {group['key'][0][:50]}")
+        if rel == pages[0]:  # the control: no web font in the stack, so a system font draws it
+            probes.append(["monospace", "400", "normal", "100%", "zh-CN", "注意力"])
+            wheres.append("control")
+        for probe, where, (shipped, system) in zip(probes, wheres,
+                                                   _fonts_of_probes(page, cdp, probes)):
+            probes_checked += 1
+            if where == "control":
+                assert shipped == 0 and system, ("the check cannot see a system font", system)
+            elif system or shipped != len(probe[-1]):
+                problems.append(f"{where}: {len(probe[-1])} characters, {shipped} drawn by a web "
+                                f"font, system fonts {system}")
+    page.close()
+    print(f"\n{len(pages)} Chinese pages: {runs} runs of Chinese text, {glyphs} CJK glyphs, "
+          f"{len(styles)} font styles, {sum(map(len, seen.values()))} (style, character) pairs "
+          f"in {probes_checked} probes")
+    assert problems == [], "\n".join(problems[:30])
+    assert len(pages) >= 20 and glyphs > 20000, (len(pages), glyphs)
+
+
 def test_chinese_figures_write_their_own_words_in_chinese(site, base_url, browser):
     """The script's own words follow the page: full-width colons after control labels, Chinese
     screen-reader text (no "points, from"); counts are integers ("65", not "65.000")."""
