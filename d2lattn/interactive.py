@@ -99,6 +99,8 @@ def integer_parts(panels: Sequence[Mapping[str, Any]],
     grid or lines panel, whether all its numbers are whole in every frame; for each readout, a
     dict saying so of each of its names. The browser script (``integerParts``) decides alike.
 
+    Source: the book's interactive figures (chapter 15's counts of requests and tokens).
+
     >>> integer_parts([{"name": "r", "type": "readout"}, {"name": "b", "type": "bars"}],
     ...               {"0": {"r": {"kept": 3, "loss": 0.5}, "b": [1.0, 2]},
     ...                "1": {"r": {"kept": 4, "loss": 1.0}, "b": [0.0, 7]}})
