@@ -20,7 +20,9 @@ Data layout (all of it JSON, numbers rounded to ``digits`` decimals):
   ``"slider"``, ``"select"`` or ``"tokens"`` (a radio group: click, tap or arrow keys); ``values``
   are the labels shown for each choice; ``initial`` is the index chosen at first.
 * ``panels``: a list of ``{"name", "type", "title", ...}``. ``type`` is ``"bars"`` (needs
-  ``labels``; optional ``ymin``/``ymax``), ``"grid"`` (needs ``rows`` and ``cols``; optional
+  ``labels``; optional ``ymin``/``ymax``, and ``groups``: for each bar the index of its group,
+  or None, drawn in the colour of a grid's group of that index, so that a bar and the grid's
+  cells of one request share a colour), ``"grid"`` (needs ``rows`` and ``cols``; optional
   ``vmax``, ``boolean``, and ``groups``: the names of the groups a cell may belong to, each
   drawn in its own colour with a legend, plus ``ungrouped``: the legend's name for cells of no
   group), ``"lines"`` (needs ``x``; optional ``static``: a list of ``{"label", "y"}``, and
@@ -31,6 +33,10 @@ Data layout (all of it JSON, numbers rounded to ``digits`` decimals):
   cells may also carry a label and a group each: its entry is then ``{"values": rows,
   "labels": rows of strings, "groups": rows of group indices or None}`` (either of the last two
   may be left out; a label is drawn in its cell instead of the number, "" draws none).
+
+Counts are shown as integers: the numbers of a panel (of a readout, each name's) that are whole
+in every frame are written without decimals ("5", not "5.00"), in the static table as by the
+script (:func:`integer_parts`).
 """
 
 from __future__ import annotations
@@ -52,8 +58,8 @@ import torch
 
 from ._checks import check_choice, check_grid_entry
 
-__all__ = ["InteractiveFigure", "frame_key", "grid_parts", "set_language", "translate_data",
-           "use_widgets", "widgets_enabled"]
+__all__ = ["InteractiveFigure", "frame_key", "grid_parts", "integer_parts", "set_language",
+           "translate_data", "use_widgets", "widgets_enabled"]
 
 CONTROL_TYPES = ("slider", "select", "tokens")
 PANEL_TYPES = ("bars", "grid", "lines", "readout")
@@ -80,6 +86,41 @@ def grid_parts(value: Any) -> tuple[list, list | None, list | None]:
     if isinstance(value, Mapping):
         return list(value["values"]), value.get("labels"), value.get("groups")
     return list(value), None, None
+
+
+def _whole(value: Any) -> bool:
+    # A number with no fractional part (a bool, a boolean grid's cell, is 0 or 1).
+    return isinstance(value, (int, float)) and float(value).is_integer()
+
+
+def integer_parts(panels: Sequence[Mapping[str, Any]],
+                  frames: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Which numbers of a figure are counts, to be written without decimals: for each bars,
+    grid or lines panel, whether all its numbers are whole in every frame; for each readout, a
+    dict saying so of each of its names. The browser script (``integerParts``) decides alike.
+
+    Source: the book's interactive figures (chapter 15's counts of requests and tokens).
+
+    >>> integer_parts([{"name": "r", "type": "readout"}, {"name": "b", "type": "bars"}],
+    ...               {"0": {"r": {"kept": 3, "loss": 0.5}, "b": [1.0, 2]},
+    ...                "1": {"r": {"kept": 4, "loss": 1.0}, "b": [0.0, 7]}})
+    {'r': {'kept': True, 'loss': False}, 'b': True}
+    """
+    frames = list(frames.values())
+    out: dict[str, Any] = {}
+    for panel in panels:
+        name = panel["name"]
+        if panel["type"] == "readout":
+            out[name] = {key: all(_whole(f[name][key]) for f in frames)
+                         for key in (frames[0][name] if frames else {})}
+        elif panel["type"] == "grid":
+            out[name] = all(_whole(v) for f in frames for row in grid_parts(f[name])[0]
+                            for v in row)
+        elif panel["type"] == "lines":
+            out[name] = all(_whole(v) for f in frames for ys in f[name].values() for v in ys)
+        else:
+            out[name] = all(_whole(v) for f in frames for v in f[name])
+    return out
 
 
 def _rounded(obj: Any, digits: int) -> Any:
@@ -386,6 +427,16 @@ class InteractiveFigure:
             if not panel["groups"] or not all(isinstance(g, str) for g in panel["groups"]):
                 raise ValueError(f"grid panel {panel['name']!r}: groups must be a non-empty "
                                  f"list of names, got {panel['groups']!r}")
+        if panel["type"] == "bars" and "groups" in panel:
+            groups = panel["groups"]
+            if (not isinstance(groups, Sequence) or isinstance(groups, str)
+                    or len(groups) != len(panel["labels"])
+                    or not all(g is None or (isinstance(g, int) and not isinstance(g, bool)
+                                             and g >= 0) for g in groups)):
+                raise ValueError(f"bars panel {panel['name']!r}: groups must give each of its "
+                                 f"{len(panel['labels'])} bars a group index (an integer >= 0) "
+                                 f"or None, got {groups!r}")
+            panel["groups"] = list(groups)
         return panel
 
     def __repr__(self) -> str:
@@ -401,14 +452,19 @@ class InteractiveFigure:
         key = frame_key(*(c["initial"] for c in self.controls))
         setting = ", ".join(f"{c['label']} = {c['values'][c['initial']]}" for c in self.controls)
         parts = [f"<p><strong>{html.escape(self.title)}</strong> ({html.escape(setting)})</p>"]
-        fmt = f"{{:.{self.digits}f}}"
+        integers = integer_parts(self.panels, self.frames)
+
+        def number(v: float, integer: bool) -> str:
+            return str(int(v)) if integer else f"{v:.{self.digits}f}"
+
         for panel in self.panels:
             values = self.frames[key][panel["name"]]
+            whole = integers[panel["name"]]
             parts.append(f"<p>{html.escape(panel['title'])}</p>")
             if panel["type"] == "bars":
                 rows = zip(panel["labels"], values)
-                body = "".join(f"<tr><td>{html.escape(str(a))}</td><td>{fmt.format(b)}</td></tr>"
-                               for a, b in rows)
+                body = "".join(f"<tr><td>{html.escape(str(a))}</td><td>{number(b, whole)}</td>"
+                               "</tr>" for a, b in rows)
             elif panel["type"] == "grid":
                 values, labels, groups = grid_parts(values)
                 # headers over the columns this setting has (a grid may shrink with a control)
@@ -422,16 +478,16 @@ class InteractiveFigure:
                     if not name and groups is not None:
                         g = groups[i][j]
                         name = panel["groups"][g] if g is not None else panel.get("ungrouped", "")
-                    number = fmt.format(v)
-                    return f"{html.escape(name)} ({number})" if name else number
+                    shown = number(v, whole)
+                    return f"{html.escape(name)} ({shown})" if name else shown
 
                 body = head + "".join(
                     f"<tr><th>{html.escape(str(r))}</th>"
                     + "".join(f"<td>{cell(i, j, v)}</td>" for j, v in enumerate(row)) + "</tr>"
                     for i, (r, row) in enumerate(zip(panel["rows"], values)))
             elif panel["type"] == "readout":
-                body = "".join(f"<tr><td>{html.escape(k)}</td><td>{fmt.format(v)}</td></tr>"
-                               for k, v in values.items())
+                body = "".join(f"<tr><td>{html.escape(k)}</td><td>{number(v, whole[k])}</td>"
+                               "</tr>" for k, v in values.items())
             else:  # lines: too many numbers for a table; name the series
                 body = "".join(f"<tr><td>{html.escape(k)}</td><td>{len(v)} points</td></tr>"
                                for k, v in values.items())

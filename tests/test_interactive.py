@@ -193,11 +193,54 @@ def test_translation_names_groups_and_free_cells_but_keeps_cell_labels():
     assert data["frames"]["1"]["pool"]["labels"] == [["b0", "a0"]]  # data, not words
 
 
+def test_counts_are_written_as_integers_in_the_static_table():
+    """A number that is whole in every frame (a readout's name, or a whole bars or grid panel)
+    is a count and is written without decimals: "5", not "5.00" (chapter 15's requests running,
+    tokens stored); a name or panel with one fractional value keeps the figure's decimals."""
+    from d2lattn.interactive import integer_parts
+
+    frames = {frame_key(i): {"r": {"running": 5 + i, "stored": 89.0, "mean": 1.0 + 0.5 * i},
+                             "b": [24, 0.0], "g": [[1.0, 0.25 * i]]} for i in range(2)}
+    panels = [{"name": "r", "type": "readout"}, {"name": "b", "type": "bars", "labels": ["a", "b"]},
+              {"name": "g", "type": "grid", "rows": ["r"], "cols": ["x", "y"]}]
+    fig = InteractiveFigure("counts", controls=[{"name": "s", "label": "step", "values": [0, 1]}],
+                            panels=panels, frames=frames, digits=2)
+    cells = re.findall(r"<td>(.*?)</td>", fig._fallback())
+    assert cells == ["running", "5", "stored", "89", "mean", "1.00", "a", "24", "b", "0",
+                     "1.00", "0.00"]
+    assert integer_parts(fig.panels, fig.frames) == {
+        "r": {"running": True, "stored": True, "mean": False}, "b": True, "g": False}
+    # a boolean grid's cells are 0 and 1
+    mask = InteractiveFigure("m", controls=[{"name": "s", "label": "s", "values": [0]}],
+                             panels=[{"name": "m", "type": "grid", "rows": ["q"],
+                                      "cols": ["k0", "k1"], "boolean": True}],
+                             frames={"0": {"m": [[True, False]]}})
+    assert re.findall(r"<td>(.*?)</td>", mask._fallback()) == ["1", "0"]
+
+
+@pytest.mark.parametrize("groups", [[0], [0, "b"], [0, -1], [True, 0], "ab", 3])
+def test_bar_groups_must_give_each_bar_a_group_index(groups):
+    with pytest.raises(ValueError, match="groups must give each of its 2 bars a group index"):
+        InteractiveFigure("g", controls=[{"name": "s", "label": "s", "values": [0]}],
+                          panels=[{"name": "b", "type": "bars", "labels": ["a", "b"],
+                                   "groups": groups}],
+                          frames={"0": {"b": [1, 2]}})
+
+
+def test_bars_keep_their_groups_in_the_data():
+    fig = InteractiveFigure("g", controls=[{"name": "s", "label": "s", "values": [0]}],
+                            panels=[{"name": "b", "type": "bars", "labels": ["a", "b"],
+                                     "groups": (1, None)}],
+                            frames={"0": {"b": [1, 2]}})
+    assert _payload(fig)[1]["panels"][0]["groups"] == [1, None]
+
+
 # --- the live widget (anywidget) in a notebook --------------------------------------------------
 
-#: sha256 of _figure()'s HTML as the static-only version wrote it (before the widget existed):
-#: the website and nbval read this HTML, so the widget must leave it byte for byte as it was.
-HTML_BEFORE_THE_WIDGET = "79773013fed424ce0fb2a5c43a15168f32f610a7e4647ae3257fa463cac1a6c7"
+#: sha256 of _figure()'s HTML as the static-only version wrote it (before the widget existed),
+#: with its integer readout ("sum") written as "2" since counts are integers (it was "2.000"):
+#: the website and nbval read this HTML, so the widget must leave it byte for byte as it is.
+HTML_BEFORE_THE_WIDGET = "410b53ad9e4744790be40e347b9dcd4f6471594e4e74de3e06a580a2a8c54c62"
 
 
 @pytest.fixture

@@ -29,6 +29,7 @@ that is a failure.
 from __future__ import annotations
 
 import functools
+import html
 import html.parser
 import http.server
 import json
@@ -597,6 +598,116 @@ def test_interactive_figures_draw_the_computed_numbers(site, base_url, browser):
     assert times[len(times) // 2] < 16, f"median redraw {times[len(times) // 2]:.1f} ms"
 
 
+# What each figure shows of its numbers: per panel the printed values, the axis's end labels,
+# each bar's colour and group, a grid's legend; and the hidden table of the setting drawn.
+SHOWN_NUMBERS = """() => [...document.querySelectorAll('.d2lattn-viz')].map(root => {
+  const panels = {};
+  root.querySelectorAll('.d2lattn-viz-panel').forEach(box => {
+    panels[box.dataset.panel] = {
+      nums: [...box.querySelectorAll('.d2lattn-viz-num')].map(e => e.textContent),
+      axis: [...box.querySelectorAll('.d2lattn-viz-axis')].map(e => e.textContent),
+      bars: [...box.querySelectorAll('rect.d2lattn-viz-bar')].map(
+        r => [r.getAttribute('fill'), r.dataset.group ?? null, Number(r.dataset.value)]),
+      legend: [...box.querySelectorAll('rect.d2lattn-viz-legend')].map(r => r.getAttribute('fill')),
+    };
+  });
+  const hidden = [...root.querySelectorAll('.d2lattn-viz-fallback table')].map(t =>
+    [...t.querySelectorAll('tr')].map(tr => [...tr.children].map(c => c.textContent)));
+  return {spec: root.querySelector('script.d2lattn-viz-data').textContent, panels, hidden};
+})"""
+
+
+def _table_numbers(panel, rows, integers):
+    """(where, text) of each number that a fallback table (rows of cell texts: the name, then
+    the numbers) prints for a panel whose numbers are counts; a grid cell's number may follow
+    its label, "b0 (1.00)"."""
+    import re
+
+    out = []
+    for row in rows:
+        if len(row) < 2 or (panel["type"] == "grid" and row[0] == ""):
+            continue  # a grid's header row
+        name, cells = row[0], row[1:]
+        counts = (integers[panel["name"]].get(name, False) if panel["type"] == "readout"
+                  else integers[panel["name"]] if panel["type"] in ("bars", "grid") else False)
+        if counts:
+            out += [(f"{panel['name']}: {name}", re.sub(r"^.*\((.*)\)$", r"\1", c))
+                    for c in cells]
+    return out
+
+
+def _static_tables(html_text: str, index: int) -> List[List[List[str]]]:
+    """The tables of the static fallback of the page's figure ``index``, as the HTML has it
+    (what a reader without the script, or a print of it, sees): rows of cell texts."""
+    import re
+
+    fallback = html_text.split('class="d2lattn-viz-fallback">')[index + 1].split("</div>", 1)[0]
+    return [[[html.unescape(re.sub(r"<[^>]+>", "", c)) for c in re.findall(
+                r"<t[dh]>(.*?)</t[dh]>", tr)] for tr in re.findall(r"<tr>(.*?)</tr>", table)]
+            for table in re.findall(r"<table>(.*?)</table>", fallback)]
+
+
+def test_interactive_figures_write_counts_as_integers_and_colour_bars_by_owner(site, base_url,
+                                                                               browser):
+    """A count is written as an integer wherever a figure shows it: "requests running 5", not
+    "5.00" (chapter 15), in the drawn readouts and bar values, the axis's end labels ("40", not
+    "40.00"), the table hidden for screen readers, and the static table a reader without the
+    script (or the PDF) gets. A number is a count when it is whole in every setting
+    (d2lattn.interactive.integer_parts). A bars panel with groups (chapter 15's tokens per
+    request) draws each bar in the colour of its group's cells in the figure's grid."""
+    import re
+
+    sys.path.insert(0, str(ROOT))
+    from d2lattn.interactive import integer_parts
+
+    whole = re.compile(r"-?\d+")
+    page = browser.context.new_page()
+    bad, counted, axes, grouped = [], 0, 0, 0
+    for rel in _viz_pages(site):
+        _open(page, base_url, rel, site)
+        page.wait_for_function(
+            "[...document.querySelectorAll('.d2lattn-viz')].every(r => r.dataset.ready === '1')",
+            timeout=10000)
+        text = (site / rel).read_text(encoding="utf-8")
+        for index, fig in enumerate(page.evaluate(SHOWN_NUMBERS)):
+            spec = json.loads(fig["spec"])
+            integers = integer_parts(spec["panels"], spec["frames"])
+            where = f"{rel} ({spec['title']})"
+            frame = spec["frames"][",".join(str(c["initial"]) for c in spec["controls"])]
+            static = _static_tables(text, index)
+            shown = []
+            for k, panel in enumerate(spec["panels"]):
+                drawn, name = fig["panels"][panel["name"]], panel["name"]
+                if panel["type"] in ("bars", "grid") and integers[name]:
+                    shown += [(f"{name} drawn", t) for t in drawn["nums"]]
+                elif panel["type"] == "readout":
+                    shown += [(f"{name} drawn: {key}", t) for key, t in
+                              zip(frame[name], drawn["nums"]) if integers[name][key]]
+                shown += [(f"hidden table, {w}", t)
+                          for w, t in _table_numbers(panel, fig["hidden"][k], integers)]
+                shown += [(f"static table, {w}", t)
+                          for w, t in _table_numbers(panel, static[k], integers)]
+                ends = drawn["axis"]
+                if ends and all(float(t).is_integer() for t in ends):
+                    axes += 1
+                    shown += [(f"{name} axis", t) for t in ends]
+                if panel["type"] == "bars" and "groups" in panel:
+                    grid = next(p for p in spec["panels"] if p["type"] == "grid" and "groups" in p)
+                    legend = fig["panels"][grid["name"]]["legend"]
+                    for (fill, group, value), g in zip(drawn["bars"], panel["groups"]):
+                        grouped += 1
+                        assert group == ("" if g is None else str(g)), where
+                        if value != 0 and g is not None and fill != legend[g]:
+                            bad.append(f"{where}: bar of group {g} is {fill}, its cells {legend[g]}")
+            for what, t in shown:
+                counted += 1
+                if not whole.fullmatch(t):
+                    bad.append(f"{where}: {what} shows {t!r}")
+    page.close()
+    assert bad == [], "\n".join(bad[:20])
+    assert counted >= 100 and axes >= 2 and grouped >= 16, (counted, axes, grouped)
+
+
 # The Chinese edition (tools/book.py builds it into zh/; book/_ext/d2lattn_i18n.py adds the
 # switcher; book/assets/static/fonts holds its font) -------------------------------------------
 
@@ -1091,12 +1202,18 @@ def test_both_languages_share_one_mathjax_and_only_the_search_page_loads_the_ind
 
 def test_the_chinese_site_keeps_only_the_images_and_sources_that_differ(site):
     """The plots are the same notebooks' outputs in both languages: the Chinese site keeps
-    no byte-identical copy of an English image or page source (about 5 MB of plots were
-    copied twice), and every link of a Chinese page into _images/ or _sources/ finds its file,
-    the Chinese diagrams and notebooks in zh/, the shared plots in the English site."""
+    no byte-identical copy of an English image, page source or static file (about 5 MB of
+    plots and 12 MB of the theme's and the book's scripts, styles and fonts were copied twice),
+    and every link of a Chinese page into _images/, _sources/ or _static/ finds its file, the
+    Chinese diagrams, notebooks and language files in zh/, the shared ones in the English
+    site."""
     import re
 
-    for folder in ("_images", "_sources"):
+    kept = sorted(p.relative_to(site / ZH / "_static").as_posix()
+                  for p in (site / ZH / "_static").rglob("*") if p.is_file())
+    assert kept == ["d2lattn-search-counts.js", "documentation_options.js", "language_data.js",
+                    "translations.js"], kept
+    for folder in ("_images", "_sources", "_static"):
         mine, theirs = site / ZH / folder, site / folder
         twins = [p.relative_to(mine).as_posix() for p in mine.rglob("*") if p.is_file()
                  and (theirs / p.relative_to(mine)).is_file()
@@ -1107,11 +1224,12 @@ def test_the_chinese_site_keeps_only_the_images_and_sources_that_differ(site):
         if not rel.startswith(ZH):
             continue
         text = (site / rel).read_text(encoding="utf-8")
-        for url in re.findall(r'(?:src|href)="((?:\.\./)*(?:_images|_sources)/[^"#?]+)"', text):
+        for url in re.findall(r'(?:src|href)="((?:\.\./)*(?:_images|_sources|_static)/[^"#?]+)'
+                              r'[^"]*"', text):
             linked += 1
             if not (site / _resolve(rel, url)).is_file():
                 missing.append(f"{rel}: {url}")
-    assert missing == [] and linked >= 80, (linked, missing[:5])
+    assert missing == [] and linked >= 500, (linked, missing[:5])
     assert any((site / ZH / "_images").glob("*.zh_CN.svg")), "the Chinese diagrams stay in zh/"
 
 
@@ -1141,6 +1259,35 @@ def test_sharing_identical_files_relinks_the_pages(tmp_path):
     assert not (zh / "_images" / "plot.png").exists() and (zh / "_images" / "d.svg").is_file()
     assert (zh / "_sources" / "book" / "ch1.ipynb").is_file()
     assert tool.share_identical(en, zh, "_images") == (0, 0)  # nothing left to share
+
+
+def test_sharing_static_files_keeps_every_stylesheet_with_the_files_it_loads(tmp_path):
+    """The static files are shared like the images, but a stylesheet goes to the English copy
+    only with every file it loads (its url()s resolve next to the English copy to the same
+    bytes), and one that stays keeps what it loads; a file a page names is relinked."""
+    tool = book_tool()
+    en, zh = tmp_path / "html", tmp_path / "html" / "zh"
+    files = {"a.css": ("@font-face { src: url('fonts/f.woff2?v=1') } x { background: "
+                       "url(data:image/png;base64,AA==) }",) * 2,
+             "fonts/f.woff2": ("F",) * 2,
+             "b.css": ('@import "img/x.css";',) * 2, "img/x.css": ("en", "zh"),
+             "c.css": ("c { src: url(../_static/fonts/g.woff2) }", "c { src: url(fonts/g.woff2) } zh"),
+             "fonts/g.woff2": ("G",) * 2,
+             "same.js": ("js",) * 2, "language_data.js": ("en", "zh")}
+    for name, texts in files.items():
+        for root, text in zip((en, zh), texts):
+            (root / "_static" / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / "_static" / name).write_text(text, encoding="utf-8")
+    (zh / "index.html").write_text(
+        '<link href="_static/a.css?v=3"><link href="_static/c.css"><script src="_static/same.js">'
+        '<script src="_static/language_data.js">', encoding="utf-8")
+    assert tool.share_identical(en, zh, "_static")[0] == 3  # a.css, fonts/f.woff2, same.js
+    left = sorted(p.relative_to(zh / "_static").as_posix()
+                  for p in (zh / "_static").rglob("*") if p.is_file())
+    assert left == ["b.css", "c.css", "fonts/g.woff2", "img/x.css", "language_data.js"]
+    assert (zh / "index.html").read_text(encoding="utf-8") == (
+        '<link href="../_static/a.css?v=3"><link href="_static/c.css">'
+        '<script src="../_static/same.js"><script src="_static/language_data.js">')
 
 
 # Every element that draws Chinese text, with the font family it is drawn in.
@@ -1244,6 +1391,126 @@ def test_chinese_inside_formulas_is_drawn_with_the_shipped_font(site, base_url, 
                 problems.append(f"{rel}: {drawn[index]['text']!r} drawn with {fonts}")
     page.close()
     assert problems == [], "\n".join(problems[:20])
+
+
+# Every text of the rendered page that holds Chinese (body text, headings, tables, captions,
+# code and its outputs, figures' HTML and SVG text, formulas), grouped by what decides which
+# font draws a character: the computed font-family, weight, style and stretch, and the
+# language. For each group, a probe element with exactly that style, holding every Chinese
+# character of the group once, is added to the page, so that the browser can say (one
+# DevTools query per group) which fonts drew those glyphs. Closed <details> are opened first
+# (solutions, the library's code). Left out, as never drawn as text: <title>, <option> (a
+# menu's native list), attributes (aria labels), MathJax's hidden MathML copy.
+CJK_TEXT_BY_STYLE = """(cjk) => {
+  document.querySelectorAll('details').forEach(d => { d.open = true; });
+  const skip = 'script, style, title, noscript, textarea, option, template, mjx-assistive-mml';
+  const re = new RegExp(cjk, 'g'), groups = {};
+  let runs = 0, glyphs = 0;
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let t = walker.nextNode(); t; t = walker.nextNode()) {
+    const el = t.parentElement;
+    if (!el || el.closest(skip)) continue;
+    const chars = t.textContent.match(re);
+    if (!chars) continue;
+    const st = getComputedStyle(el), lang = (el.closest('[lang]') || document.documentElement).lang;
+    const key = JSON.stringify([st.fontFamily, st.fontWeight, st.fontStyle, st.fontStretch, lang]);
+    const g = groups[key] || (groups[key] = {chars: {}, where: el.tagName.toLowerCase() + '.'
+                                             + String(el.getAttribute('class') || '').split(' ')[0]});
+    chars.forEach(c => { g.chars[c] = true; });
+    runs += (t.textContent.match(new RegExp('(' + cjk + ')+', 'g')) || []).length;
+    glyphs += chars.length;
+  }
+  return {runs, glyphs, groups: Object.entries(groups).map(([key, g]) =>
+    ({key: JSON.parse(key), chars: Object.keys(g.chars).join(''), where: g.where}))};
+}"""
+
+ADD_PROBES = """async (probes) => {
+  document.querySelectorAll('[data-cjk-probe]').forEach(e => e.remove());
+  probes.forEach(([family, weight, style, stretch, lang, text], i) => {
+    const div = document.createElement('div');
+    div.setAttribute('data-cjk-probe', String(i));
+    div.lang = lang;
+    Object.assign(div.style, {position: 'absolute', left: '0', top: '0', whiteSpace: 'pre-wrap',
+      fontFamily: family, fontWeight: weight, fontStyle: style, fontStretch: stretch,
+      width: '40em'});
+    div.textContent = text;
+    document.body.appendChild(div);
+  });
+  document.body.getBoundingClientRect();
+  await document.fonts.ready;
+  await new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));
+  await document.fonts.ready;
+}"""
+
+
+def _fonts_of_probes(page, cdp, probes):
+    """For each probe (font-family, weight, style, stretch, lang, text): the web-font glyphs
+    and the system fonts (family, glyphs) that drew its text."""
+    page.evaluate(ADD_PROBES, probes)
+    root = cdp.send("DOM.getDocument", {"depth": 0})["root"]["nodeId"]
+    nodes = cdp.send("DOM.querySelectorAll",
+                     {"nodeId": root, "selector": "[data-cjk-probe]"})["nodeIds"]
+    assert len(nodes) == len(probes)
+    out = []
+    for node in nodes:
+        fonts = cdp.send("CSS.getPlatformFontsForNode", {"nodeId": node})["fonts"]
+        out.append((sum(f["glyphCount"] for f in fonts if f["isCustomFont"]),
+                    [(f["familyName"], f["glyphCount"]) for f in fonts if not f["isCustomFont"]]))
+    return out
+
+
+def test_every_chinese_glyph_of_the_chinese_site_is_drawn_with_the_shipped_font(site, base_url,
+                                                                                browser):
+    """Every Chinese character drawn on every page of the Chinese site comes from the shipped
+    CJK web font, as the browser itself reports it (Chrome DevTools
+    ``CSS.getPlatformFontsForNode``): body text, headings, tables, captions, code and its printed
+    output, the figures' readouts and labels, formulas. This machine has system CJK fonts, so a
+    glyph drawn by one (not a web font) is one that a reader without them sees as an empty box
+    (and that the Chinese PDF draws only where the printing machine has one). Which font draws
+    a character depends only on the character and on the computed font-family, weight, style,
+    stretch and language, so each such style is checked once with all the characters used in
+    it (on the first page that uses it, in that page's stylesheets); a bare ``monospace`` probe,
+    which must come out drawn by a system font, shows that the check can fail."""
+    pages = [rel for rel in _pages(site) if rel.startswith(ZH)]
+    page = browser.context.new_page()
+    cdp = browser.context.new_cdp_session(page)
+    cdp.send("DOM.enable")
+    cdp.send("CSS.enable")
+    seen: Dict[str, Set[str]] = {}
+    problems, runs, glyphs, styles, probes_checked = [], 0, 0, set(), 0
+    for rel in pages:
+        _open(page, base_url, rel, site)
+        page.evaluate(WAIT_FOR_MATHJAX)
+        page.wait_for_function("[...document.querySelectorAll('.d2lattn-viz')]"
+                               ".every(r => r.dataset.ready === '1')", timeout=10000)
+        found = page.evaluate(CJK_TEXT_BY_STYLE, CJK_CHAR)
+        runs, glyphs = runs + found["runs"], glyphs + found["glyphs"]
+        probes, wheres = [], []
+        for group in found["groups"]:
+            key = json.dumps(group["key"])
+            styles.add(key)
+            new = "".join(c for c in group["chars"] if c not in seen.setdefault(key, set()))
+            if new:
+                seen[key].update(new)
+                probes.append(group["key"] + [new])
+                wheres.append(f"{rel}: <{group['where']}> in {group['key'][0][:50]}")
+        if rel == pages[0]:  # the control: no web font in the stack, so a system font draws it
+            probes.append(["monospace", "400", "normal", "100%", "zh-CN", "注意力"])
+            wheres.append("control")
+        for probe, where, (shipped, system) in zip(probes, wheres,
+                                                   _fonts_of_probes(page, cdp, probes)):
+            probes_checked += 1
+            if where == "control":
+                assert shipped == 0 and system, ("the check cannot see a system font", system)
+            elif system or shipped != len(probe[-1]):
+                problems.append(f"{where}: {len(probe[-1])} characters, {shipped} drawn by a web "
+                                f"font, system fonts {system}")
+    page.close()
+    print(f"\n{len(pages)} Chinese pages: {runs} runs of Chinese text, {glyphs} CJK glyphs, "
+          f"{len(styles)} font styles, {sum(map(len, seen.values()))} (style, character) pairs "
+          f"in {probes_checked} probes")
+    assert problems == [], "\n".join(problems[:30])
+    assert len(pages) >= 20 and glyphs > 20000, (len(pages), glyphs)
 
 
 def test_chinese_figures_write_their_own_words_in_chinese(site, base_url, browser):

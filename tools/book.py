@@ -203,8 +203,51 @@ def share_mathjax(site: Path, sub: Path) -> bool:
 
 
 #: Folders of which the Chinese site keeps only what differs from the English site's copy:
-#: the plots (the same notebooks' outputs) and the page sources that are not translated.
-SHARED_FOLDERS = ("_images", "_sources")
+#: the plots (the same notebooks' outputs), the page sources that are not translated, and the
+#: static files (the theme's scripts, styles and icon fonts, the book's CJK font and scripts,
+#: the browser model's weights, 12 MB): all but the few that carry the language (Sphinx's
+#: documentation_options.js, language_data.js and translations.js, and the search's word
+#: counts).
+SHARED_FOLDERS = ("_images", "_sources", "_static")
+
+
+def _css_references(css: Path) -> List[str]:
+    """The files a stylesheet loads by a relative URL (``url(...)``, ``@import``), as paths
+    relative to its folder (``data:``, absolute and remote URLs left out)."""
+    text = css.read_text(encoding="utf-8", errors="replace")
+    refs = []
+    for a, b in re.findall(r"""url\(\s*["']?([^"')]+?)["']?\s*\)|@import\s+["']([^"']+)["']""",
+                           text):
+        ref = (a or b).strip()
+        if not ref or re.match(r"^(?:[a-zA-Z][a-zA-Z0-9+.-]*:|/|#)", ref):
+            continue
+        refs.append(re.split(r"[?#]", ref, maxsplit=1)[0])
+    return refs
+
+
+def _keep_stylesheets_whole(mine: Path, shared: Dict[str, Path]) -> None:
+    """Drop from ``shared`` what would break a stylesheet's relative URLs: a stylesheet that
+    goes to the English copy must find there the very files it found here (each file it loads
+    is shared too, or absent here), and a stylesheet that stays keeps the files it loads."""
+    import posixpath
+
+    changed = True
+    while changed:
+        changed = False
+        for css in mine.rglob("*.css"):
+            rel = css.relative_to(mine).as_posix()
+            refs = [posixpath.normpath(posixpath.join(posixpath.dirname(rel), r))
+                    for r in _css_references(css)]
+            refs = [r for r in refs if not r.startswith("../") and (mine / r).is_file()]
+            if rel in shared:
+                if any(r not in shared for r in refs):
+                    del shared[rel]
+                    changed = True
+            else:
+                for r in refs:
+                    if r in shared:
+                        del shared[r]
+                        changed = True
 
 
 def share_identical(site: Path, sub: Path, folder: str) -> Tuple[int, int]:
@@ -213,7 +256,10 @@ def share_identical(site: Path, sub: Path, folder: str) -> Tuple[int, int]:
     link the English site's copy (``../`` once more). What differs stays: the Chinese diagrams,
     the Chinese notebooks that the download button offers. The Chinese site lives inside the
     English one (``zh/``) and already loads the English site's MathJax and archive, so it
-    leans on no file it did not lean on before. Returns (files shared, bytes saved)."""
+    leans on no file it did not lean on before. A stylesheet goes only with every file it
+    loads by a relative URL, and one that stays keeps them (:func:`_keep_stylesheets_whole`);
+    a script that loads files relative to its own URL (MathJax, the theme's, the browser
+    model's) finds the English site's identical copies. Returns (files shared, bytes saved)."""
     mine, theirs = sub / folder, site / folder
     if not mine.is_dir() or not theirs.is_dir():
         return 0, 0
@@ -223,6 +269,7 @@ def share_identical(site: Path, sub: Path, folder: str) -> Tuple[int, int]:
         if (path.is_file() and other.is_file() and path.stat().st_size == other.stat().st_size
                 and path.read_bytes() == other.read_bytes()):
             shared[path.relative_to(mine).as_posix()] = path
+    _keep_stylesheets_whole(mine, shared)
     if not shared:
         return 0, 0
     link = re.compile(r'((?:src|href)=")((?:\.\./)*)' + re.escape(folder) + r'/([^"#?]+)')

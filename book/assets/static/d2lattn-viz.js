@@ -54,11 +54,13 @@
   }
 
   // Counts are integers in every setting (characters kept, requests running): shown as such,
-  // not with the figure's decimals. For a readout, per name; for bars and grids, per panel.
+  // not with the figure's decimals. For a readout, per name; for bars, grids and lines, per
+  // panel (d2lattn.interactive.integer_parts decides alike for the static table).
   function integerParts(spec) {
     var out = {};
     var keys = Object.keys(spec.frames);
-    var isInt = function (v) { return typeof v === "number" && Math.floor(v) === v; };
+    var isInt = function (v) {
+      return (typeof v === "number" && Math.floor(v) === v) || typeof v === "boolean"; };
     spec.panels.forEach(function (panel) {
       if (panel.type === "readout") {
         var names = {};
@@ -74,27 +76,46 @@
             return Array.isArray(row) ? row.every(isInt) : isInt(row);
           });
         });
+      } else if (panel.type === "lines") {
+        out[panel.name] = keys.every(function (k) {
+          var v = spec.frames[k][panel.name];
+          return Object.keys(v).every(function (name) { return v[name].every(isInt); });
+        });
       }
     });
     return out;
   }
   function fmtAs(v, digits, integer) { return integer ? String(Math.round(v)) : fmt(v, digits); }
+  // An axis's end labels: whole numbers without decimals when both ends are whole ("0" to
+  // "40" tokens), else both with two ("0.00" to "0.88").
+  function axisLabels(ends) {
+    var whole = ends.every(function (v) { return Math.floor(v) === v; });
+    return ends.map(function (v) { return whole ? String(v) : fmt(v, 2); });
+  }
 
   function drawBars(box, panel, values, digits, integer) {
     var n = values.length, W = Math.max(260, Math.min(640, 34 * n + 50)), H = 170;
     var left = 40, top = 18, bottom = 34, w = (W - left - 10) / n, h = H - top - bottom;
     var lo = panel.ymin !== undefined ? panel.ymin : Math.min(0, Math.min.apply(null, values));
-    var hi = panel.ymax !== undefined ? panel.ymax : Math.max(1e-9, Math.max.apply(null, values));
+    var hi = panel.ymax !== undefined ? panel.ymax
+      : Math.max(integer ? 1 : 1e-9, Math.max.apply(null, values));
     var y = function (v) { return top + h * (hi - v) / (hi - lo); };
     var s = svg("svg", { width: W, height: H, viewBox: "0 0 " + W + " " + H, role: "img" }, box);
+    var ends = axisLabels([lo, hi]);
     svg("line", { x1: left, x2: W - 10, y1: y(0), y2: y(0), stroke: "#888" }, s);
-    svg("text", { x: left - 4, y: y(hi) + 4, "text-anchor": "end", "font-size": 10, text: fmt(hi, 2) }, s);
-    svg("text", { x: left - 4, y: y(lo) + 4, "text-anchor": "end", "font-size": 10, text: fmt(lo, 2) }, s);
+    svg("text", { x: left - 4, y: y(hi) + 4, "text-anchor": "end", "font-size": 10,
+                  "class": "d2lattn-viz-axis", text: ends[1] }, s);
+    svg("text", { x: left - 4, y: y(lo) + 4, "text-anchor": "end", "font-size": 10,
+                  "class": "d2lattn-viz-axis", text: ends[0] }, s);
     values.forEach(function (v, i) {
       var x = left + i * w, y0 = y(Math.max(v, 0)), y1 = y(Math.min(v, 0));
-      svg("rect", { x: x + 2, width: Math.max(1, w - 4), y: y0, height: Math.max(0, y1 - y0),
-                    fill: v === 0 ? "#ccc" : COLORS[0], "class": "d2lattn-viz-bar",
-                    "data-value": v }, s);
+      // a bar of a group (a request) in the colour of that group's cells in a grid
+      var g = panel.groups ? panel.groups[i] : null, grouped = g !== null && g !== undefined;
+      var attrs = { x: x + 2, width: Math.max(1, w - 4), y: y0, height: Math.max(0, y1 - y0),
+                    fill: v === 0 ? "#ccc" : grouped ? GROUP_COLORS[g % GROUP_COLORS.length] : COLORS[0],
+                    "class": "d2lattn-viz-bar", "data-value": v };
+      if (panel.groups) attrs["data-group"] = grouped ? g : "";
+      svg("rect", attrs, s);
       if (n <= 24) {
         svg("text", { x: x + w / 2, y: y0 - 3, "text-anchor": "middle", "font-size": 9,
                       "class": "d2lattn-viz-num", "data-value": v, text: fmtAs(v, digits, integer) }, s);
@@ -126,7 +147,7 @@
     return { placed: placed, height: items.length ? y + 16 : 0 };
   }
 
-  function drawGrid(box, panel, value, digits) {
+  function drawGrid(box, panel, value, digits, integer) {
     var parts = gridParts(value), rows = parts.values, labels = parts.labels, groups = parts.groups;
     var nr = rows.length, nc = rows[0].length, cell = Math.max(18, Math.min(40, 360 / nc));
     var left = 8 + 7 * Math.max.apply(null, panel.rows.map(function (r) { return String(r).length; }));
@@ -175,7 +196,8 @@
           svg("text", { x: left + (j + 0.5) * cell, y: top + (i + 0.62) * cell,
                         "text-anchor": "middle", "font-size": 9,
                         fill: textOn(COLORS[0], panel.boolean ? (v ? 1 : 0.08) : 0.08 + 0.92 * on),
-                        "class": "d2lattn-viz-num", "data-value": v, text: fmt(v, Math.min(digits, 2)) }, s);
+                        "class": "d2lattn-viz-num", "data-value": v,
+                        text: fmtAs(v, Math.min(digits, 2), integer) }, s);
         }
       });
     });
@@ -205,8 +227,10 @@
     var Y = function (v) { return top + (H - top - bottom) * (hi - v) / (hi - lo); };
     var s = svg("svg", { width: W, height: H, viewBox: "0 0 " + W + " " + H, role: "img" }, box);
     svg("rect", { x: left, y: top, width: W - left - right, height: H - top - bottom, fill: "none", stroke: "#bbb" }, s);
-    [lo, hi].forEach(function (v) {
-      svg("text", { x: left - 4, y: Y(v) + 4, "text-anchor": "end", "font-size": 10, text: fmt(v, 2) }, s);
+    var ends = axisLabels([lo, hi]);
+    [lo, hi].forEach(function (v, i) {
+      svg("text", { x: left - 4, y: Y(v) + 4, "text-anchor": "end", "font-size": 10,
+                    "class": "d2lattn-viz-axis", text: ends[i] }, s);
     });
     [x0, x1].forEach(function (v) {
       svg("text", { x: X(v), y: H - 8, "text-anchor": "middle", "font-size": 10, text: String(+v.toFixed(2)) }, s);
@@ -333,8 +357,8 @@
         Object.keys(v).forEach(function (name) {
           var ys = v[name], tr = el("tr", {}, t);
           el("th", { scope: "row", text: name }, tr);
-          el("td", { text: w.points(ys.length, f(Math.min.apply(null, ys)),
-                                    f(Math.max.apply(null, ys))) }, tr);
+          el("td", { text: w.points(ys.length, f(Math.min.apply(null, ys), integers[panel.name]),
+                                    f(Math.max.apply(null, ys), integers[panel.name])) }, tr);
         });
       } else {
         Object.keys(v).forEach(function (name) {
@@ -409,7 +433,7 @@
         if (panel.title) el("div", { "class": "d2lattn-viz-panel-title", text: panel.title }, box);
         var v = frame[panel.name];
         if (panel.type === "bars") drawBars(box, panel, v, spec.digits, integers[panel.name]);
-        else if (panel.type === "grid") drawGrid(box, panel, v, spec.digits);
+        else if (panel.type === "grid") drawGrid(box, panel, v, spec.digits, integers[panel.name]);
         else if (panel.type === "lines") drawLines(box, panel, v);
         else drawReadout(box, v, spec.digits, integers[panel.name]);
       });
