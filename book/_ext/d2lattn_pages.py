@@ -119,7 +119,11 @@ def _build_finished(app, exception) -> None:
     title = html.escape(app.config.html_title or "")
     twice = f"<title>{title} &#8212; {title}</title>"
     as_you_type = (app.config.html_theme_options or {}).get("search_as_you_type")
+    # another site built inside this one (the Chinese site at zh/) is finished by its own build
+    nested = {index.parent for index in out.glob("*/searchindex.js")}
     for page in out.rglob("*.html"):
+        if nested.intersection(page.parents):
+            continue
         text = page.read_text(encoding="utf-8")
         new = _PLOT_IMG.sub(lambda m: _with_min_width(m, out), text)
         new = _unique_ids(new)
