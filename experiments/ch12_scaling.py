@@ -84,14 +84,16 @@ MIN_LR = 2.5e-4  # ... and halves below LRS while the best rate is the lowest tr
 PROBE_STEPS = 300
 EVALS_PER_RUN = 6
 EVAL_WINDOWS = 32
+DROPOUT = 0.1  # the rate of the dropout phase
 FIT_BELOW = 1.2e13  # the prediction sees only runs cheaper than this
 NGRAM_JSON = Path(__file__).resolve().parents[1] / "book" / "data" / "ch12_ngram.json"
 
 
-def make_config(size: str, vocab_size: int) -> GPTConfig:
+def make_config(size: str, vocab_size: int, dropout: float = 0.0) -> GPTConfig:
     layers, d, heads = SIZES[size]
     return GPTConfig(vocab_size=vocab_size, block_size=BLOCK_SIZE, num_hiddens=d,
-                     num_heads=heads, num_layers=layers, ffn_num_hiddens=4 * d)
+                     num_heads=heads, num_layers=layers, ffn_num_hiddens=4 * d,
+                     dropout=dropout)
 
 
 def non_embedding_parameters(model: GPT) -> int:
@@ -144,7 +146,8 @@ def train_one(phase: str, size: str, lr: float, steps: int, seed: int, device: s
               data: dict, checkpoint_dir: Path | None = None) -> dict:
     tok, train, held_out = data["tok"], data["train"], data["held_out"]
     torch.manual_seed(seed)
-    model = GPT(make_config(size, len(tok))).to(device)
+    dropout = DROPOUT if phase == "dropout" else 0.0
+    model = GPT(make_config(size, len(tok), dropout)).to(device)
     N = non_embedding_parameters(model)
     every = max(1, steps // EVALS_PER_RUN)
     curve = []
@@ -162,6 +165,7 @@ def train_one(phase: str, size: str, lr: float, steps: int, seed: int, device: s
     window_start = held_out_losses(model, held_out)  # (W, T) bits
     row = {
         "phase": phase, "size": size, "lr": lr, "steps": steps, "seed": seed,
+        "dropout": dropout,
         "parameters": model.num_parameters(), "non_embedding_parameters": N,
         "characters": D, "flops": int(training_flops(N, D)), "passes": round(D / train.numel(), 3),
         "cpu_seconds": round(cpu, 1), "device": device, "torch": str(torch.__version__),
@@ -184,7 +188,8 @@ def train_one(phase: str, size: str, lr: float, steps: int, seed: int, device: s
 def main() -> None:
     global TABLE
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--phase", choices=["probe", "sweep", "both", "test"], default="both")
+    parser.add_argument("--phase", choices=["probe", "sweep", "both", "test", "dropout"],
+                        default="both")
     parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
     parser.add_argument("--steps", type=int, nargs="+", default=STEPS)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
@@ -267,6 +272,13 @@ def main() -> None:
             if args.max_flops is not None and flops > args.max_flops:
                 continue
             run("sweep", size, best_lr[size], steps, seed)
+    if args.phase == "dropout":  # the sweep's recipe with dropout DROPOUT, same rates
+        for size in args.sizes:
+            lr = min((r for r in table["runs"] if r["phase"] == "probe" and r["size"] == size),
+                     key=lambda r: r["window_start_bits"])["lr"]
+            for steps in args.steps:
+                for seed in args.seeds:
+                    run("dropout", size, lr, steps, seed)
     if args.phase == "test":
         if "prediction" not in table:
             ngram = json.loads(NGRAM_JSON.read_text())["corpora"]["shakespeare"]
