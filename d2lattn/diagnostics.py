@@ -193,6 +193,11 @@ def _fmt(x: float) -> str:
     return f"{x:.1e}"
 
 
+def _against(deviation: float, tolerance: float) -> str:
+    """A deviation beside its tolerance, as every failure message states it."""
+    return f"{_fmt(deviation)} (tolerance {_fmt(tolerance)})"
+
+
 def _spans(positions: Sequence[int]) -> str:
     """``[1, 2, 3, 7]`` -> ``"1-3, 7"``."""
     out: List[str] = []
@@ -632,7 +637,7 @@ def check_causal(model: Model, inputs: Tensor, *, mode: str = "eval",
                        f"unchanged, but the outputs depend on the sequence length: run on "
                        f"{_first(length)} alone, the model gives position {p} another output "
                        f"than in the full run of {T}. The largest change over the {T - 1} "
-                       f"shorter runs is {_fmt(largest)} (tolerance {_fmt(tol_there)}), in the "
+                       f"shorter runs is {_against(largest, tol_there)}, in the "
                        f"run on {_first(index[1] + 1)} ({how}).")
             return CheckResult(name, False, message, largest, tol_there, p, details)
     _, largest, tol_there = _nearest(dev, tol[:, :-1])
@@ -648,11 +653,12 @@ def check_causal(model: Model, inputs: Tensor, *, mode: str = "eval",
                    f"{_largest(all_dev.cpu(), all_tol.cpu(), how)}.")
         return CheckResult(name, True, message, largest, tol_there, None, details)
     p = leaking[0]
+    what = _positions(reads) if reads else "several later positions together"
+    worst = f"{_fmt(float(deviations.max()))}, at position {int(deviations.argmax())}"
     message = (f"The output at position {p} changed by {_fmt(float(dev[:, p].max()))} when the "
                f"inputs after it changed (tolerance {_fmt(float(tol[:, p].min()))}): it reads "
-               f"{_positions(reads) if reads else 'several later positions together'}. "
-               f"{len(leaking)} of the first {T - 1} positions leak; the largest deviation is "
-               f"{_fmt(float(deviations.max()))}, at position {int(deviations.argmax())} ({how}).")
+               f"{what}. {len(leaking)} of the first {T - 1} positions leak; the largest "
+               f"deviation is {worst} ({how}).")
     return CheckResult(name, False, message, largest, tol_there, p, details)
 
 
@@ -823,8 +829,8 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
         else:
             p, where, by = None, "in its pooled output", float(alone_dev[b])
         message = (f"Sequence {b} (valid length {L} of {T}) run alone, without its padding, "
-                   f"gave other outputs than in the padded batch: {where} by {_fmt(by)} "
-                   f"(tolerance {_fmt(float(tol[b] if p is None else tol[b, p]))}). The model "
+                   f"gave other outputs than in the padded batch: {where} by "
+                   f"{_against(by, float(tol[b] if p is None else tol[b, p]))}. The model "
                    f"reads the padding (or, if check_batch_independence fails too, the other "
                    f"sequences); {_largest(alone_dev.cpu(), tol, how)}.")
         return CheckResult(name, False, message, largest, tol_there, p, {**details, "sequence": b})
@@ -1031,7 +1037,7 @@ def check_permutation_equivariance(model: Model, inputs: Tensor, *, mode: str = 
     count = int(moved.any(dim=0).sum())
     message = (f"Permuting the {T} positions did not permute the outputs: position {p} of the "
                f"permuted run (input position {int(perms[k][p])}) differs by "
-               f"{_fmt(float(dev[k, :, p].max()))} (tolerance {_fmt(float(tol[k, :, p].min()))}); "
+               f"{_against(float(dev[k, :, p].max()), float(tol[k, :, p].min()))}; "
                f"{count} of {T} positions differ, {_largest(dev, tol, how)}. Expected of a "
                f"model with positions or a causal mask; a bug in a model without them.")
     return CheckResult(name, False, message, largest, tol_there, p, details)
@@ -1123,7 +1129,7 @@ def check_kv_cache(model: Model, inputs: Tensor, new_cache: Callable[[], Any], *
     p = differs[0]
     at = "in the prompt" if p < prompt_len else f"at cached step {p - prompt_len + 1}"
     message = (f"The cached run differs from recomputation from position {p} on ({at}) by "
-               f"{_fmt(float(dev[p]))} (tolerance {_fmt(float(tol[:, p].min()))}); "
+               f"{_against(float(dev[p]), float(tol[:, p].min()))}; "
                f"{len(differs)} of {T} positions differ, the largest by {_fmt(float(dev.max()))} "
                f"at position {int(dev.argmax())} ({how}).")
     return CheckResult(name, False, message, largest, tol_there, p, {"deviations": dev})

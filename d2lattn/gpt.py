@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import List, Optional, Union
+from typing import List, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -32,6 +32,7 @@ from torch import Tensor, nn
 
 from ._checks import (
     check_bool,
+    check_choice,
     check_dropout,
     check_logits,
     check_mask_rate,
@@ -45,6 +46,7 @@ from ._checks import (
 )
 from ._modes import evaluating
 from .linear import LinearMultiHeadAttention, RecurrentState
+from .serving import MultiHeadLatentAttention
 from .text import random_windows
 from .training import Callback, fit
 from .transformer import KVCache, TransformerEncoderBlock
@@ -52,6 +54,9 @@ from .transformer import KVCache, TransformerEncoderBlock
 __all__ = ["GPT", "GPTConfig", "fill_in_losses", "held_out_losses", "lr_schedule",
            "mask_tokens", "next_token_probs", "sliding_window_losses", "top_k_filter",
            "top_p_filter", "train_lm"]
+
+ATTENTION_KINDS = ("softmax", "linear", "delta", "gated_delta", "mla")
+RECURRENT_KINDS = ("linear", "delta", "gated_delta")  # chapter 14: a state, not a cache
 
 
 @dataclass
@@ -67,9 +72,13 @@ class GPTConfig:
     dropout: float = 0.0  # small models trained for minutes do not overfit
     positions: str = "rotary"  # "rotary" (RoPE in every attention) or "learned" (a table)
     tie_weights: bool = True  # the read-out reuses the embedding matrix
-    # "softmax" (chapter 12), or chapter 14's recurrent cores: "linear", "delta", "gated_delta"
-    attention: str = "softmax"
+    # the attention of every layer (one name), or of each layer (a tuple of num_layers names):
+    # "softmax" (chapter 12), chapter 14's recurrent cores "linear", "delta", "gated_delta",
+    # or chapter 15's multi-head latent attention "mla"
+    attention: Union[str, Tuple[str, ...]] = "softmax"
     causal: bool = True  # False: every position sees every other (a BERT-style masked LM)
+    latent_size: Optional[int] = None  # "mla": d_c, the cached latent (default 4 d / h)
+    rope_head_size: Optional[int] = None  # "mla": d^R, its rotary key (default d / (2 h))
 
     def __post_init__(self) -> None:
         check_positive_ints(vocab_size=self.vocab_size, block_size=self.block_size,
@@ -77,17 +86,84 @@ class GPTConfig:
                             num_layers=self.num_layers, ffn_num_hiddens=self.ffn_num_hiddens)
         check_dropout(self.dropout)
         check_bool(tie_weights=self.tie_weights, causal=self.causal)
-        if self.positions not in ("rotary", "learned"):
-            raise ValueError(f"positions must be 'rotary' or 'learned', got {self.positions!r}")
-        if self.attention not in ("softmax", "linear", "delta", "gated_delta"):
-            raise ValueError(f"attention must be 'softmax', 'linear', 'delta' or "
-                             f"'gated_delta', got {self.attention!r}")
-        if self.attention != "softmax" and self.positions == "rotary":
-            raise ValueError(f"attention={self.attention!r} has no rotary positions: use "
+        check_choice("positions", self.positions, ("rotary", "learned"))
+        if isinstance(self.attention, list):  # a config read back from JSON
+            self.attention = tuple(self.attention)
+        if isinstance(self.attention, tuple):
+            if len(self.attention) != self.num_layers:
+                raise ValueError(f"attention must name one kind, or one per layer "
+                                 f"(num_layers = {self.num_layers}), got "
+                                 f"{len(self.attention)} names")
+            for kind in self.attention:
+                check_choice("attention", kind, ATTENTION_KINDS)
+        else:
+            check_choice("attention", self.attention, ATTENTION_KINDS)
+        recurrent = sorted({k for k in self.layer_attention if k in RECURRENT_KINDS})
+        if recurrent and self.positions == "rotary":
+            raise ValueError(f"attention={recurrent[0]!r} has no rotary positions: use "
                              f"positions='learned'")
-        if self.attention != "softmax" and not self.causal:
-            raise ValueError(f"attention={self.attention!r} is causal by construction (a "
+        if recurrent and not self.causal:
+            raise ValueError(f"attention={recurrent[0]!r} is causal by construction (a "
                              f"recurrence over the past): use causal=True")
+        for name in ("latent_size", "rope_head_size"):
+            if getattr(self, name) is not None:
+                check_positive_ints(**{name: getattr(self, name)})
+        if self.rope_head_size is not None and self.rope_head_size % 2:
+            raise ValueError(f"rope_head_size must be even, got {self.rope_head_size}")
+
+    @property
+    def layer_attention(self) -> Tuple[str, ...]:
+        """The attention of each layer: ``num_layers`` names."""
+        if isinstance(self.attention, tuple):
+            return self.attention
+        return (self.attention,) * self.num_layers
+
+
+class _LatentSelfAttention(nn.Module):
+    """Chapter 15's :class:`~d2lattn.MultiHeadLatentAttention` behind the call a Transformer
+    block makes of its self-attention, so that a :class:`GPT` layer can hold it.
+
+    Shapes (``forward``): ``queries``, ``keys``, ``values`` the same ``(B, T, d)`` tensor;
+    keyword-only ``is_causal`` and ``kv_cache`` (a :class:`~d2lattn.KVCache` of latents and
+    rotated keys, see :class:`~d2lattn.MultiHeadLatentAttention`). Returns ``(B, T, d)``.
+
+    Raises:
+        ValueError: keys or values other than the queries, ``valid_lens`` or ``attn_mask``
+            (latent attention here is self-attention without masks beyond ``is_causal``).
+    """
+
+    def __init__(self, num_hiddens: int, num_heads: int, latent_size: int,
+                 rope_head_size: int) -> None:
+        super().__init__()
+        self.mla = MultiHeadLatentAttention(num_hiddens, num_heads, latent_size,
+                                            rope_head_size=rope_head_size)
+
+    def forward(self, queries: Tensor, keys: Tensor, values: Tensor,
+                valid_lens: Optional[Tensor] = None, *, attn_mask: Optional[Tensor] = None,
+                is_causal: bool = False, kv_cache: Optional[KVCache] = None) -> Tensor:
+        """Latent self-attention of ``queries`` ``(B, T, d)``; returns ``(B, T, d)``."""
+        if keys is not queries or values is not queries:
+            raise ValueError("latent attention in a GPT block is self-attention: keys and "
+                             "values must be the queries")
+        if valid_lens is not None or attn_mask is not None:
+            raise ValueError("latent attention in a GPT block takes no valid_lens or "
+                             "attn_mask (only is_causal)")
+        return self.mla(queries, is_causal=is_causal, cache=kv_cache)
+
+
+def _attention_layer(config: GPTConfig, kind: str) -> Optional[nn.Module]:
+    """The attention factory: the self-attention of a layer of kind ``kind``, or ``None`` for
+    the block's own multi-head (softmax) attention."""
+    c, d_h = config, config.num_hiddens // config.num_heads
+    if kind in RECURRENT_KINDS:
+        rule = "additive" if kind == "linear" else kind
+        return LinearMultiHeadAttention(c.num_hiddens, c.num_heads, rule=rule)
+    if kind == "mla":
+        return _LatentSelfAttention(
+            c.num_hiddens, c.num_heads,
+            c.latent_size if c.latent_size is not None else 4 * d_h,
+            c.rope_head_size if c.rope_head_size is not None else max(2, d_h // 4 * 2))
+    return None
 
 
 def top_k_filter(logits: Tensor, k: int) -> Tensor:
@@ -232,13 +308,9 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList(
             TransformerEncoderBlock(c.num_hiddens, c.num_heads, c.ffn_num_hiddens, c.dropout,
                                     norm_first=True, activation="gelu",
-                                    rotary=c.positions == "rotary")
-            for _ in range(c.num_layers))
-        if c.attention != "softmax":  # chapter 14: a recurrent core in every block
-            rule = "additive" if c.attention == "linear" else c.attention
-            for block in self.blocks:
-                block.self_attention = LinearMultiHeadAttention(  # type: ignore[assignment]
-                    c.num_hiddens, c.num_heads, rule=rule)
+                                    rotary=c.positions == "rotary",
+                                    self_attention=_attention_layer(c, kind))
+            for kind in c.layer_attention)
         self.norm = nn.LayerNorm(c.num_hiddens)
         self.head = nn.Linear(c.num_hiddens, c.vocab_size, bias=False)
         self.apply(self._init_weights)
@@ -260,9 +332,8 @@ class GPT(nn.Module):
     def new_caches(self) -> List[Union[KVCache, RecurrentState]]:
         """One empty cache per layer: a :class:`~d2lattn.KVCache`, or a
         :class:`~d2lattn.RecurrentState` for the recurrent cores of chapter 14."""
-        if self.config.attention != "softmax":
-            return [RecurrentState() for _ in self.blocks]
-        return [KVCache() for _ in self.blocks]
+        return [RecurrentState() if kind in RECURRENT_KINDS else KVCache()
+                for kind in self.config.layer_attention]
 
     def forward(self, tokens: Tensor, *,
                 kv_caches: Optional[List[Union[KVCache, RecurrentState]]] = None) -> Tensor:

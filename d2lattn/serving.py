@@ -223,7 +223,8 @@ def gpt_logits(model: nn.Module, tokens: Tensor, *, window: Optional[int] = None
     :func:`rope_attention_scale` squared).
 
     Args:
-        model: a :class:`~d2lattn.GPT` with ``positions="rotary"``.
+        model: a :class:`~d2lattn.GPT` with ``positions="rotary"`` and softmax attention in
+            every layer.
         tokens: ``(B, T)`` int64, any ``T >= 1``.
         window, num_sinks, method, factor: keyword-only, as above.
 
@@ -235,7 +236,8 @@ def gpt_logits(model: nn.Module, tokens: Tensor, *, window: Optional[int] = None
         ``(B, T, V)`` float logits. With the defaults and ``T <= block_size``: ``model(tokens)``.
 
     Raises:
-        ValueError: a model without rotary positions, a bidirectional model
+        ValueError: a model without rotary positions or with other attention than softmax
+            (chapter 14's cores, latent attention), a bidirectional model
             (``config.causal=False``: a server's cache holds only the past), bad tokens, a bad
             window, sinks without a window, a bad scaling.
 
@@ -245,6 +247,9 @@ def gpt_logits(model: nn.Module, tokens: Tensor, *, window: Optional[int] = None
     if (c is None or getattr(c, "positions", None) != "rotary"
             or not isinstance(getattr(model, "blocks", None), nn.ModuleList)):
         raise ValueError("model must be a GPT with positions='rotary'")
+    if set(getattr(c, "layer_attention", ("softmax",))) != {"softmax"}:
+        raise ValueError(f"gpt_logits runs softmax attention under a cache policy; this GPT's "
+                         f"layers are {c.layer_attention}: call model(tokens) instead")
     if not c.causal:
         raise ValueError("gpt_logits runs a causal GPT as a server decodes it; this one is "
                          "bidirectional (config.causal=False): call model(tokens) instead")

@@ -208,18 +208,24 @@ class _TransformerBlock(nn.Module):
     def __init__(self, num_hiddens: int, num_heads: int, ffn_num_hiddens: int,
                  dropout: float = 0.0, *, norm_first: bool = False,
                  layer_norm_eps: float = 1e-5, rotary: bool = False,
-                 activation: Activation = "relu", bias: bool = True) -> None:
+                 activation: Activation = "relu", bias: bool = True,
+                 self_attention: Optional[nn.Module] = None) -> None:
         super().__init__()
         check_block_args(num_hiddens, num_heads, ffn_num_hiddens, dropout, norm_first,
                          layer_norm_eps, bias)
+        if self_attention is not None and not isinstance(self_attention, nn.Module):
+            raise ValueError(f"self_attention must be None or an nn.Module, got "
+                             f"{type(self_attention).__name__}")
         self.num_hiddens = num_hiddens
         self.norm_first = norm_first
 
         def layer_norm() -> nn.LayerNorm:
             return nn.LayerNorm(num_hiddens, eps=layer_norm_eps, bias=bias)
 
-        self.self_attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=bias,
-                                                 rotary=rotary)
+        if self_attention is None:
+            self_attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=bias,
+                                                rotary=rotary)
+        self.self_attention = self_attention
         self.norm1 = layer_norm()
         if self._cross_attends:
             self.cross_attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=bias)
@@ -278,9 +284,15 @@ class TransformerEncoderBlock(_TransformerBlock):
         bias: keyword-only; False removes every bias: the attention's projections, the
             feed-forward network's and the LayerNorms' (``nn.TransformerEncoderLayer``'s
             ``bias``).
+        self_attention: keyword-only; ``None`` (default) builds the multi-head attention
+            below; or a module built by the caller that takes the same call,
+            ``self_attention(Z, Z, Z, valid_lens, attn_mask=, is_causal=, kv_cache=)`` ->
+            ``(B, T, num_hiddens)``: chapter 14's recurrent cores and chapter 15's latent
+            attention enter a :class:`~d2lattn.GPT` this way (``rotary`` is then unused).
 
     Submodules:
-        self_attention: ``MultiHeadAttention(num_hiddens, num_heads, dropout, bias)``.
+        self_attention: ``MultiHeadAttention(num_hiddens, num_heads, dropout, bias)``, or the
+            module given.
         norm1, norm2: ``nn.LayerNorm(num_hiddens, bias=bias)``.
         ffn: :class:`PositionWiseFFN`.
 

@@ -43,12 +43,10 @@ from pathlib import Path
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
-from torch import nn  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from d2lattn import LinearMultiHeadAttention, MultiHeadLatentAttention  # noqa: E402
 from d2lattn.gpt import GPT, GPTConfig, held_out_losses, train_lm  # noqa: E402
 from d2lattn.text import CharTokenizer, load_split  # noqa: E402
 
@@ -59,43 +57,23 @@ STEPS, BATCH, LR, WARMUP = 600, 16, 2e-3, 50
 VARIANTS = ["softmax", "softmax-learned", "linear", "delta", "gated_delta", "hybrid", "mla"]
 
 
-class SelfAttentionMLA(nn.Module):
-    """Multi-head latent attention behind the block's self-attention call."""
-
-    def __init__(self, num_hiddens: int, num_heads: int) -> None:
-        super().__init__()
-        d_h = num_hiddens // num_heads
-        self.mla = MultiHeadLatentAttention(num_hiddens, num_heads, latent_size=4 * d_h,
-                                            rope_head_size=d_h // 2)
-
-    def forward(self, queries, keys, values, valid_lens=None, *, attn_mask=None,
-                is_causal=False, kv_cache=None):
-        if valid_lens is not None or attn_mask is not None or not is_causal:
-            raise ValueError("SelfAttentionMLA supports causal self-attention only")
-        return self.mla(queries, is_causal=True, cache=kv_cache)
+# each variant's attention, one name for every layer or one per layer (GPTConfig.attention)
+ATTENTION = {"softmax": "softmax", "softmax-learned": "softmax", "linear": "linear",
+             "delta": "delta", "gated_delta": "gated_delta",
+             "hybrid": ("gated_delta",) * (CONFIG["num_layers"] - 1) + ("softmax",),
+             "mla": "mla"}
 
 
 def build(variant: str, vocab_size: int, seed: int) -> GPT:
-    """The model of one variant, seeded: the embedding, blocks and read-out are drawn as in
-    chapter 12; a replaced attention layer is then re-initialised as GPT initialises."""
-    learned = variant not in ("softmax", "mla")
-    core = variant if variant in ("linear", "delta", "gated_delta") else "softmax"
-    config = GPTConfig(vocab_size=vocab_size, positions="learned" if learned else "rotary",
-                       attention=core, **CONFIG)
+    """The model of one variant, seeded: GPT builds each layer's attention and initialises
+    every weight as chapter 12's model (MLA: d_c = 4 d_h, d^R = d_h / 2)."""
+    d_h = CONFIG["num_hiddens"] // CONFIG["num_heads"]
+    mla = dict(latent_size=4 * d_h, rope_head_size=d_h // 2) if variant == "mla" else {}
+    config = GPTConfig(vocab_size=vocab_size,
+                       positions="rotary" if variant in ("softmax", "mla") else "learned",
+                       attention=ATTENTION[variant], **mla, **CONFIG)
     torch.manual_seed(seed)
-    model = GPT(config)
-    c = config
-    if variant == "hybrid":
-        for block in model.blocks[:-1]:
-            block.self_attention = LinearMultiHeadAttention(c.num_hiddens, c.num_heads,
-                                                            rule="gated_delta")
-    if variant == "mla":
-        for block in model.blocks:
-            block.self_attention = SelfAttentionMLA(c.num_hiddens, c.num_heads)
-    if variant in ("hybrid", "mla"):
-        for block in model.blocks:
-            block.self_attention.apply(model._init_weights)
-    return model
+    return GPT(config)
 
 
 def cache_per_token(variant: str) -> str:

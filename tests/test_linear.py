@@ -8,7 +8,8 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from d2lattn import (GPT, GPTConfig, LinearMultiHeadAttention, RecurrentState,
+from d2lattn import (GPT, GPTConfig, KVCache, LinearMultiHeadAttention, MultiHeadAttention,
+                     MultiHeadLatentAttention, RecurrentState, TransformerEncoderBlock,
                      delta_rule_chunked, delta_rule_recurrent, delta_rule_step,
                      elu_feature_map, linear_attention_chunked, linear_attention_quadratic,
                      linear_attention_recurrent, linear_attention_step)
@@ -180,6 +181,51 @@ def test_gpt_with_a_recurrent_core_generates_with_and_without_cache(attention):
     torch.testing.assert_close(model(changed)[:, :6], logits[:, :6])  # causal
 
 
+def _small(attention, positions="learned", **kwargs):
+    return GPTConfig(vocab_size=11, block_size=16, num_hiddens=16, num_heads=2, num_layers=4,
+                     ffn_num_hiddens=32, positions=positions, attention=attention, **kwargs)
+
+
+@pytest.mark.parametrize("attention, positions, kinds", [
+    ("linear", "learned", [LinearMultiHeadAttention] * 4),
+    (("gated_delta",) * 3 + ("softmax",), "learned",
+     [LinearMultiHeadAttention] * 3 + [MultiHeadAttention]),
+    ("mla", "rotary", [MultiHeadLatentAttention] * 4),
+])
+def test_gpt_builds_each_layer_attention_directly(attention, positions, kinds):
+    """The attention factory: every layer holds the attention its config names, built in
+    place (no softmax attention built and thrown away), with a matching cache, and decoding
+    with the caches gives the logits of the whole sequence."""
+    torch.manual_seed(0)
+    model = GPT(_small(attention, positions)).double()
+    for block, kind in zip(model.blocks, kinds):
+        layer = block.self_attention
+        assert isinstance(getattr(layer, "mla", layer), kind)
+    built = [type(m) for m in model.modules()]
+    assert built.count(MultiHeadAttention) == kinds.count(MultiHeadAttention)
+    caches = model.new_caches()
+    assert [type(c) for c in caches] == [RecurrentState if k is LinearMultiHeadAttention
+                                         else KVCache for k in kinds]
+    tokens = torch.randint(0, 11, (2, 12))
+    steps = torch.cat([model(tokens[:, :5], kv_caches=caches)]
+                      + [model(tokens[:, t:t + 1], kv_caches=caches) for t in range(5, 12)],
+                      dim=1)
+    torch.testing.assert_close(steps, model(tokens))
+    assert len(caches[0]) == 12
+
+
+def test_gpt_latent_attention_takes_the_sizes_of_its_config():
+    model = GPT(_small("mla", "rotary"))  # d_h = 8: d_c = 32 and d^R = 4 by default
+    assert model.blocks[0].self_attention.mla.cache_values_per_token() == 32 + 4
+    model = GPT(_small("mla", "rotary", latent_size=6, rope_head_size=2))
+    assert model.blocks[0].self_attention.mla.cache_values_per_token() == 6 + 2
+    X = torch.randn(1, 3, 16)
+    with pytest.raises(ValueError, match="keys and values must be the queries"):
+        model.blocks[0].self_attention(X, X.clone(), X, is_causal=True)
+    with pytest.raises(ValueError, match="takes no valid_lens or attn_mask"):
+        model.blocks[0].self_attention(X, X, X, torch.tensor([2]), is_causal=True)
+
+
 def test_gpt_softmax_default_is_unchanged():
     assert GPTConfig().attention == "softmax"
     torch.manual_seed(0)
@@ -229,8 +275,20 @@ def test_clear_errors():
         layer(X, X, X, is_causal=True, kv_cache={})
     with pytest.raises(ValueError, match="positions='learned'"):
         GPTConfig(attention="linear")
-    with pytest.raises(ValueError, match="attention must be"):
+    with pytest.raises(ValueError, match="attention must be one of"):
         GPTConfig(attention="performer", positions="learned")
+    with pytest.raises(ValueError, match=r"one per layer \(num_layers = 4\), got 3 names"):
+        GPTConfig(attention=("softmax",) * 3)
+    with pytest.raises(ValueError, match="attention must be one of"):
+        GPTConfig(attention=("softmax", "softmax", "rnn", "softmax"))
+    with pytest.raises(ValueError, match="'gated_delta' has no rotary positions"):
+        GPTConfig(attention=("gated_delta",) * 3 + ("softmax",))
+    with pytest.raises(ValueError, match="rope_head_size must be even"):
+        GPTConfig(attention="mla", rope_head_size=3)
+    with pytest.raises(ValueError, match="latent_size must be a positive integer"):
+        GPTConfig(attention="mla", latent_size=0)
+    with pytest.raises(ValueError, match="self_attention must be None or an nn.Module"):
+        TransformerEncoderBlock(8, 2, 16, self_attention=lambda Z: Z)
     with pytest.raises(ValueError, match="use causal=True"):
         GPTConfig(attention="delta", positions="learned", causal=False)
 

@@ -352,6 +352,15 @@ def test_gpt_logits_refuses_a_bidirectional_gpt():
         gpt_logits(model, torch.zeros(1, 4, dtype=torch.long))
 
 
+def test_gpt_logits_refuses_a_gpt_with_other_attention():
+    """gpt_logits runs softmax attention under a cache policy: a GPT with latent attention
+    (rotary, so it passes the positions check) is refused, not run as softmax attention."""
+    model = GPT(GPTConfig(vocab_size=11, block_size=8, num_hiddens=16, num_heads=2,
+                          num_layers=2, ffn_num_hiddens=32, attention="mla"))
+    with pytest.raises(ValueError, match=r"layers are \('mla', 'mla'\)"):
+        gpt_logits(model, torch.zeros(1, 4, dtype=torch.long))
+
+
 def test_gpt_logits_restores_the_mode_and_runs_the_eval_model():
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=11, block_size=8, num_hiddens=16, num_heads=2,
