@@ -61,7 +61,19 @@ RECURRENT_KINDS = ("linear", "delta", "gated_delta")  # chapter 14: a state, not
 
 @dataclass
 class GPTConfig:
-    """Sizes of a :class:`GPT`; the defaults are the chapter's Shakespeare model."""
+    """Sizes of a :class:`GPT`; the defaults are the chapter's Shakespeare model.
+
+    Raises:
+        ValueError: a size that is not a positive integer, a dropout outside ``[0, 1)``, an
+            unknown ``positions`` or ``attention`` kind, a tuple of kinds whose length is not
+            ``num_layers``, a recurrent core with ``positions="rotary"`` or ``causal=False``,
+            an odd ``rope_head_size``.
+
+    Example:
+        >>> hybrid = GPTConfig(positions="learned", attention=("gated_delta",) * 3 + ("softmax",))
+        >>> hybrid.layer_attention[-2:]
+        ('gated_delta', 'softmax')
+    """
 
     vocab_size: int = 65  # V: 65 characters in tiny Shakespeare
     block_size: int = 128  # T_max: the context the model is trained on
@@ -266,7 +278,12 @@ class GPT(nn.Module):
         \mathrm{logits} = \mathrm{LN}(X^{(L)})\, E^\top
 
     Each block is ``TransformerEncoderBlock(d, h, ffn, dropout, norm_first=True,
-    activation="gelu", rotary=...)`` called with ``is_causal=True``.
+    activation="gelu", rotary=..., self_attention=...)`` called with ``is_causal=True``. Its
+    self-attention is the kind ``config.attention`` names for that layer, built in place:
+    multi-head softmax attention (``"softmax"``, the block's own), a
+    :class:`~d2lattn.LinearMultiHeadAttention` (``"linear"``, ``"delta"``, ``"gated_delta"``,
+    chapter 14) or a :class:`~d2lattn.MultiHeadLatentAttention` (``"mla"``, chapter 15, behind
+    the block's call); a tuple of kinds, one per layer, builds a hybrid.
 
     Args:
         config: a :class:`GPTConfig`.
@@ -274,16 +291,18 @@ class GPT(nn.Module):
     Shapes (``forward``):
         tokens ``(B, T)`` int64 in ``[0, V)``; ``T <= block_size`` counting the cached
         positions. Keyword-only ``kv_caches``: ``None`` or a list of ``num_layers``
-        :class:`~d2lattn.KVCache` (see :meth:`new_caches`); then ``tokens`` are the positions
-        that follow the cached ones. Returns logits ``(B, T, V)`` float.
+        :class:`~d2lattn.KVCache` or :class:`~d2lattn.RecurrentState` (see
+        :meth:`new_caches`); then ``tokens`` are the positions that follow the cached ones.
+        Returns logits ``(B, T, V)`` float.
 
     Attributes:
-        The attention weights of the last call are ``blocks[l].self_attention.attention_weights``,
-        ``(B, h, T, K)``.
+        The attention weights of the last call of a softmax layer are
+        ``blocks[l].self_attention.attention_weights``, ``(B, h, T, K)``.
 
     Raises:
-        ValueError: tokens not an integer ``(B, T)`` tensor in ``[0, V)``, more positions than
-            ``block_size``, a wrong number of caches.
+        ValueError: a config that is not a :class:`GPTConfig`; tokens not an integer
+            ``(B, T)`` tensor in ``[0, V)``, more positions than ``block_size``, a wrong number
+            of caches.
 
     Example:
         >>> model = GPT(GPTConfig(vocab_size=10, block_size=8, num_hiddens=16, num_heads=2,
@@ -293,7 +312,7 @@ class GPT(nn.Module):
         >>> model.generate(torch.zeros(1, 2, dtype=torch.long), 4, greedy=True).shape
         torch.Size([1, 6])
 
-    Source: Radford et al. (2019); book chapter 12.
+    Source: Radford et al. (2019); book chapters 12, 14 (recurrent cores) and 15 (MLA).
     """
 
     def __init__(self, config: GPTConfig) -> None:
