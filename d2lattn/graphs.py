@@ -152,7 +152,9 @@ class GraphAttention(nn.Module):
         self.attention_weights: Optional[Tensor] = None
 
     def forward(self, X: Tensor, adjacency: Tensor) -> Tensor:
-        """Attention of every node over its neighbours; see the class docstring."""
+        """Attention of every node over its neighbours: ``X`` ``(N, F)`` or ``(B, N, F)``,
+        ``adjacency`` ``(N, N)`` or ``(B, N, N)`` bool -> ``(N, h F')`` or ``(N, F')`` (with
+        the batch axis if given); see the class docstring."""
         if (not isinstance(X, Tensor) or not X.is_floating_point() or X.dim() not in (2, 3)
                 or X.shape[-1] != self.in_features):
             raise ValueError(f"X must be a float tensor of shape (N, {self.in_features}) or "

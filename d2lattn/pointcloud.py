@@ -296,7 +296,8 @@ class VectorSelfAttention(nn.Module):
 
     def forward(self, X: Tensor, positions: Tensor, valid_lens: Optional[Tensor] = None, *,
                 neighbours: Optional[Tensor] = None) -> Tensor:
-        """Vector attention of every point over its neighbours; see the class docstring."""
+        """Vector attention of every point over its neighbours: ``X`` ``(B, N, d)``,
+        ``positions`` ``(B, N, 3)`` -> ``(B, N, d)``; see the class docstring."""
         if not isinstance(X, Tensor) or X.dim() != 3 or X.shape[-1] != self.num_hiddens:
             raise ValueError(f"X must have shape (B, N, {self.num_hiddens}), got "
                              f"{getattr(X, 'shape', type(X).__name__)}")

@@ -1,11 +1,13 @@
 """One home per idea: one multi-head core, one scoring base, one public surface, and the old
 import paths of moved names (which warn for one release)."""
 
+import inspect
 import warnings
 
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 import d2lattn
 from d2lattn import (AdditiveAttention, Attention, BilinearAttention, DotProductAttention,
@@ -141,3 +143,17 @@ def test_one_rotary_implementation():
                        d2lattn.rotary_embedding(X, pos))
     with pytest.raises(ValueError, match="frequencies"):
         d2lattn.rotary_embedding(X, pos, frequencies=omega[:3])
+
+
+def test_every_public_module_documents_its_forward_with_shapes():
+    """``help(Module.forward)`` answers on its own: every public ``nn.Module`` of d2lattn
+    has a ``forward`` docstring that gives a shape, and a class docstring with ``Shapes``."""
+    missing = []
+    for name in sorted(d2lattn.__all__):
+        obj = getattr(d2lattn, name)
+        if not (inspect.isclass(obj) and issubclass(obj, nn.Module)):
+            continue
+        doc = inspect.getdoc(obj.forward) or ""
+        if "(" not in doc or "Shapes" not in (inspect.getdoc(obj) or ""):
+            missing.append(name)
+    assert not missing, f"forward or Shapes undocumented: {missing}"
