@@ -1,6 +1,6 @@
 """Chapter 12's Shakespeare GPT with other attention layers, at the same size, budget and split.
 
-    python experiments/gpt_variants.py --seeds 0 1 2 3 4             # every variant, ~4 CPU-min a run
+    python experiments/gpt_variants.py --seeds 0 1 2 3 4             # every variant, 3-7 CPU-min a run
     python experiments/gpt_variants.py --variants linear mla --seeds 5
 
 Every run uses chapter 12's Shakespeare recipe (``experiments/ch12_gpt.py``: 4 layers, d = 128,
