@@ -90,7 +90,7 @@ class GPTConfig:
     attention: Union[str, Tuple[str, ...]] = "softmax"
     causal: bool = True  # False: every position sees every other (a BERT-style masked LM)
     latent_size: Optional[int] = None  # "mla": d_c, the cached latent (default 4 d / h)
-    rope_head_size: Optional[int] = None  # "mla": d^R, its rotary key (default d / (2 h))
+    rope_head_size: Optional[int] = None  # "mla": d^R, its rotary key (default d_h / 2, even)
 
     def __post_init__(self) -> None:
         check_positive_ints(vocab_size=self.vocab_size, block_size=self.block_size,

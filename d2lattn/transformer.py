@@ -406,7 +406,8 @@ class TransformerDecoderBlock(_TransformerBlock):
         norm_first: keyword-only; False for post-norm, True for pre-norm.
         layer_norm_eps: keyword-only; the LayerNorms' epsilon, a positive number.
         rotary: keyword-only; rotary position embedding in the self-attention only.
-        activation, bias: keyword-only; as in :class:`TransformerEncoderBlock`.
+        activation, bias, self_attention: keyword-only; as in
+            :class:`TransformerEncoderBlock`.
 
     Submodules:
         self_attention, cross_attention: ``MultiHeadAttention(num_hiddens, num_heads,
