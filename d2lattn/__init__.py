@@ -7,8 +7,10 @@ One module per idea, following the three steps of attention (score, normalize, p
 - :mod:`d2lattn.scoring` — scoring functions (``dot_product_scores``, ``cosine_scores``,
   ``gaussian_scores``) and the layers built on them: ``DotProductAttention``,
   ``AdditiveAttention``, ``BilinearAttention``, and ``Attention`` for any score function;
-- :mod:`d2lattn.multihead` — ``MultiHeadAttention`` and ``GroupedQueryAttention`` (one core),
-  ``split_heads``, ``merge_heads``;
+- :mod:`d2lattn.multihead` — ``MultiHeadAttention`` and ``GroupedQueryAttention`` (one core);
+- :mod:`d2lattn.heads` — ``split_heads``, ``merge_heads`` (every multi-head layer's reshape);
+- :mod:`d2lattn.kvcache` — ``KVCache`` and the bytes a cache takes (``kv_cache_bytes``,
+  ``mla_cache_bytes``), below every attention module;
 - :mod:`d2lattn.positional` — ``sinusoidal_positional_encoding``, ``PositionalEncoding``,
   ``sinusoidal_shift_matrix``, ``LearnedPositionalEmbedding``, ``rotary_embedding``,
   ``alibi_slopes``, ``alibi_bias``;
@@ -55,8 +57,10 @@ from . import (
     flash,
     gpt,
     graphs,
+    heads,
     interactive,
     kernel_regression,
+    kvcache,
     linear,
     masking,
     multihead,
@@ -80,8 +84,10 @@ from .diagnostics import *  # noqa: F401,F403
 from .flash import *  # noqa: F401,F403
 from .gpt import *  # noqa: F401,F403
 from .graphs import *  # noqa: F401,F403
+from .heads import *  # noqa: F401,F403
 from .interactive import *  # noqa: F401,F403
 from .kernel_regression import *  # noqa: F401,F403
+from .kvcache import *  # noqa: F401,F403
 from .linear import *  # noqa: F401,F403
 from .masking import *  # noqa: F401,F403
 from .multihead import *  # noqa: F401,F403
@@ -101,8 +107,8 @@ from .vision import *  # noqa: F401,F403
 
 __version__ = "0.1.0"
 
-_MODULES = (circuits, data, diagnostics, flash, gpt, graphs, interactive, kernel_regression,
-            linear, masking, multihead, ngram, plotting, pointcloud, positional, scaling,
+_MODULES = (circuits, data, diagnostics, flash, gpt, graphs, heads, interactive,
+            kernel_regression, kvcache, linear, masking, multihead, ngram, plotting, pointcloud, positional, scaling,
             scoring, seq2seq, serving, sets, text, training, transformer, vision)
 __all__ = sorted(name for module in _MODULES for name in module.__all__)
 
@@ -124,3 +130,22 @@ def __getattr__(name: str) -> object:
                       DeprecationWarning, stacklevel=2)
         return getattr(_checks, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _flash_moved(name: str) -> object:
+    """``d2lattn.flash.GroupedQueryAttention`` moved to :mod:`d2lattn.multihead` (one
+    multi-head core); the old path works, with a ``DeprecationWarning``, for one release.
+    Installed from here, the package's root, so that :mod:`d2lattn.flash` imports nothing
+    above it (multihead imports flash)."""
+    if name == "GroupedQueryAttention":
+        import warnings
+
+        warnings.warn("d2lattn.flash.GroupedQueryAttention moved to "
+                      "d2lattn.multihead.GroupedQueryAttention (also d2lattn."
+                      "GroupedQueryAttention); the old path goes in the next release",
+                      DeprecationWarning, stacklevel=2)
+        return multihead.GroupedQueryAttention
+    raise AttributeError(f"module 'd2lattn.flash' has no attribute {name!r}")
+
+
+flash.__getattr__ = _flash_moved  # PEP 562: read from the module's namespace on a miss

@@ -1045,11 +1045,23 @@ def check_set_lens(valid_lens: Tensor, B: int, N: int) -> Tensor:
     return valid_lens
 
 
+def grid_parts(value: Any) -> tuple[list, list | None, list | None]:
+    """(values, labels, groups) of a grid panel's entry in a frame: a plain list of rows has
+    neither labels nor groups (None). Public as :func:`d2lattn.interactive.grid_parts`.
+
+    >>> grid_parts({"values": [[0.5, 0.0]], "labels": [["a0", ""]], "groups": [[0, None]]})
+    ([[0.5, 0.0]], [['a0', '']], [[0, None]])
+    >>> grid_parts([[1.0]])
+    ([[1.0]], None, None)
+    """
+    if isinstance(value, Mapping):
+        return list(value["values"]), value.get("labels"), value.get("groups")
+    return list(value), None, None
+
+
 def check_grid_entry(panel: Mapping[str, Any], value: Any, where: str) -> None:
     """An interactive figure's grid entry in one frame: rows of numbers, or
     ``{"values", "labels", "groups"}`` of one shape (``d2lattn.interactive``)."""
-    from .interactive import grid_parts  # the figure module owns the layout
-
     if isinstance(value, Mapping):
         unknown = set(value) - {"values", "labels", "groups"}
         if "values" not in value or unknown:

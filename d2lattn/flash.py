@@ -721,19 +721,3 @@ def _tile_grid(Q: int, K: int, block_size: int, is_causal: bool,
         for ks, _, needs_mask, _ in tiling.blocks(qs, min(qs + block_size, Q)):
             grid[qi, ks // block_size] = 1 if needs_mask else 2
     return grid
-
-
-def __getattr__(name: str) -> object:
-    """``d2lattn.flash.GroupedQueryAttention`` moved to :mod:`d2lattn.multihead` (one
-    multi-head core); the old path works, with a ``DeprecationWarning``, for one release."""
-    if name == "GroupedQueryAttention":
-        import warnings
-
-        from .multihead import GroupedQueryAttention
-
-        warnings.warn("d2lattn.flash.GroupedQueryAttention moved to "
-                      "d2lattn.multihead.GroupedQueryAttention (also d2lattn."
-                      "GroupedQueryAttention); the old path goes in the next release",
-                      DeprecationWarning, stacklevel=2)
-        return GroupedQueryAttention
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

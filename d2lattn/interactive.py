@@ -56,7 +56,7 @@ from typing import Any
 
 import torch
 
-from ._checks import check_choice, check_grid_entry
+from ._checks import check_choice, check_grid_entry, grid_parts  # grid_parts: public here
 
 __all__ = ["InteractiveFigure", "frame_key", "grid_parts", "integer_parts", "set_language",
            "translate_data", "use_widgets", "widgets_enabled"]
@@ -72,20 +72,6 @@ def frame_key(*indices: int) -> str:
     '2,0'
     """
     return ",".join(str(int(i)) for i in indices)
-
-
-def grid_parts(value: Any) -> tuple[list, list | None, list | None]:
-    """(values, labels, groups) of a grid panel's entry in a frame: a plain list of rows has
-    neither labels nor groups (None).
-
-    >>> grid_parts({"values": [[0.5, 0.0]], "labels": [["a0", ""]], "groups": [[0, None]]})
-    ([[0.5, 0.0]], [['a0', '']], [[0, None]])
-    >>> grid_parts([[1.0]])
-    ([[1.0]], None, None)
-    """
-    if isinstance(value, Mapping):
-        return list(value["values"]), value.get("labels"), value.get("groups")
-    return list(value), None, None
 
 
 def _whole(value: Any) -> bool:

@@ -4,13 +4,14 @@ One core, :class:`MultiHeadAttention`: ``h`` query heads that share ``g`` key/va
 (``g = h`` unless ``num_kv_heads`` says otherwise), with the weights materialised (they are kept
 in ``attention_weights``). :class:`GroupedQueryAttention` is the same layer whose attention step
 is the tiled kernel :func:`~d2lattn.flash.flash_attention` (no weights held). Both use
-:func:`split_heads`, :func:`merge_heads` and one cache protocol (:class:`KVCacheLike`, which
-:class:`d2lattn.KVCache` follows).
+:func:`~d2lattn.heads.split_heads`, :func:`~d2lattn.heads.merge_heads` and one cache protocol
+(:class:`~d2lattn.kvcache.KVCacheLike`, which :class:`d2lattn.KVCache` follows); all three live
+in modules below this one and are re-exported here.
 """
 
 from __future__ import annotations
 
-from typing import Optional, Protocol, Tuple
+from typing import Optional, Tuple
 
 import torch
 from torch import Tensor, nn
@@ -25,48 +26,12 @@ from ._checks import (
     check_qkv,
 )
 from .flash import DEFAULT_BLOCK_SIZE, flash_attention
+from .heads import merge_heads, split_heads  # re-exported: the old path works
+from .kvcache import KVCacheLike, kv_cache_bytes  # re-exported: the old path works
 from .positional import rotary_embedding
 from .scoring import DotProductAttention
 
-__all__ = ["GroupedQueryAttention", "MultiHeadAttention", "merge_heads", "split_heads"]
-
-
-class KVCacheLike(Protocol):
-    """What multi-head attention needs of a cache (:class:`d2lattn.KVCache` is one)."""
-
-    def __len__(self) -> int: ...
-
-    def update(self, keys: Tensor, values: Tensor) -> Tuple[Tensor, Tensor]: ...
-
-
-def split_heads(X: Tensor, num_heads: int) -> Tensor:
-    """``(B, T, num_heads * d_h)`` -> ``(B, num_heads, T, d_h)``: head ``i`` takes block ``i``.
-
-    Contiguous: one copy here lets every later matrix product use the heads without copying,
-    and gives BLAS ``keys^T`` as a plain transposed view.
-
-    Example:
-        >>> split_heads(torch.arange(12.0).view(1, 2, 6), num_heads=3)[0, 1]
-        tensor([[2., 3.],
-                [8., 9.]])
-
-    Source: Vaswani et al. (2017), section 3.2.2 (h projections of size d_model / h).
-    """
-    B, T, hidden = X.shape
-    d_h = hidden // num_heads  # named, not -1: B or T may be 0
-    return X.view(B, T, num_heads, d_h).transpose(1, 2).contiguous()  # (B, h, T, d_h)
-
-
-def merge_heads(X: Tensor) -> Tensor:
-    """``(B, h, T, d_h)`` -> ``(B, T, h * d_h)``, the inverse of :func:`split_heads`.
-
-    Example:
-        >>> X = torch.randn(2, 5, 12)
-        >>> torch.equal(merge_heads(split_heads(X, num_heads=3)), X)
-        True
-    """
-    B, h, T, d_h = X.shape
-    return X.transpose(1, 2).reshape(B, T, h * d_h)  # (B, T, h * d_h)
+__all__ = ["GroupedQueryAttention", "MultiHeadAttention"]
 
 
 class MultiHeadAttention(nn.Module):
@@ -196,10 +161,8 @@ class MultiHeadAttention(nn.Module):
 
         ``2 * batch_size * seq_len * num_kv_heads * d_h * itemsize``: ``num_heads /
         num_kv_heads`` times less than multi-head attention's cache. The count is
-        :func:`d2lattn.serving.kv_cache_bytes` for this layer's sizes.
+        :func:`d2lattn.kvcache.kv_cache_bytes` for this layer's sizes.
         """
-        from .serving import kv_cache_bytes  # the formula's one home (serving imports this)
-
         if not isinstance(dtype, torch.dtype):
             raise ValueError(f"dtype must be a torch.dtype, got {dtype!r}")
         return kv_cache_bytes(num_layers=1, num_kv_heads=self.num_kv_heads,

@@ -32,82 +32,16 @@ from ._checks import (check_bool, check_hidden_states, check_lengths_list, check
                       check_positive_ints, check_rope_scaling, check_streaming, check_tokens)
 from ._modes import evaluating
 from .masking import causal_mask
-from .multihead import merge_heads, split_heads
+from .heads import merge_heads, split_heads
+from .kvcache import KVCache, kv_cache_bytes, mla_cache_bytes  # re-exported: the old path works
 from .positional import rotary_embedding
-from .transformer import KVCache
 
 __all__ = ["MultiHeadLatentAttention", "PagedKVCache", "contiguous_waste", "gpt_logits",
-           "kv_cache_bytes", "mla_cache_bytes", "paged_waste", "rope_attention_scale",
+           "paged_waste", "rope_attention_scale",
            "rope_frequencies", "rotate_pairs"]
 
 
 # --- bytes per token ----------------------------------------------------------------------------
-
-def kv_cache_bytes(*, num_layers: int, num_kv_heads: int, head_size: int, seq_len: int,
-                   batch_size: int = 1, bytes_per_value: int = 2,
-                   window: Optional[int] = None) -> int:
-    r"""Bytes of the keys and values a decoder caches.
-
-    .. math:: \text{bytes} = 2 \cdot B \cdot L \cdot g \cdot d_h \cdot \min(T, W) \cdot b
-
-    (a key and a value per token, layer and key/value head). Multi-head attention has
-    ``g = h`` key/value heads, grouped-query attention ``1 < g < h``, multi-query attention
-    ``g = 1``; a sliding window of ``W`` tokens keeps only the last ``W`` (``window=None``:
-    all ``T``).
-
-    Args (keyword-only, positive integers):
-        num_layers: L. num_kv_heads: g. head_size: d_h. seq_len: T, tokens per sequence.
-        batch_size: B. bytes_per_value: b (2 for float16/bfloat16, 4 for float32).
-        window: ``None`` or W.
-
-    Returns:
-        an ``int``, bytes.
-
-    Raises:
-        ValueError: an argument that is not a positive integer.
-
-    Example:
-        >>> kv_cache_bytes(num_layers=4, num_kv_heads=4, head_size=32, seq_len=1)
-        2048
-
-    Source: Shazeer (2019), "Fast Transformer Decoding: One Write-Head is All You Need" (MQA);
-    Ainslie et al. (2023), "GQA"; Beltagy et al. (2020), "Longformer" (sliding window).
-    """
-    check_positive_ints(num_layers=num_layers, num_kv_heads=num_kv_heads, head_size=head_size,
-                        seq_len=seq_len, batch_size=batch_size, bytes_per_value=bytes_per_value)
-    if window is not None:
-        check_positive_ints(window=window)
-    kept = seq_len if window is None else min(seq_len, window)
-    return 2 * batch_size * num_layers * num_kv_heads * head_size * kept * bytes_per_value
-
-
-def mla_cache_bytes(*, num_layers: int, latent_size: int, rope_head_size: int, seq_len: int,
-                    batch_size: int = 1, bytes_per_value: int = 2) -> int:
-    r"""Bytes of the cache of multi-head latent attention.
-
-    .. math:: \text{bytes} = B \cdot L \cdot (d_c + d_h^R) \cdot T \cdot b
-
-    One latent :math:`c^{KV}_t \in \mathbb R^{d_c}` and one rotary key
-    :math:`k^R_t \in \mathbb R^{d_h^R}` per token and layer, shared by all heads.
-
-    Args (keyword-only, positive integers):
-        num_layers: L. latent_size: d_c. rope_head_size: d_h^R. seq_len: T. batch_size: B.
-        bytes_per_value: b.
-
-    Returns and raises as :func:`kv_cache_bytes`: an ``int`` of bytes; ``ValueError`` for an
-    argument that is not a positive integer.
-
-    Example:
-        >>> mla_cache_bytes(num_layers=60, latent_size=512, rope_head_size=64, seq_len=1)
-        69120
-
-    Source: DeepSeek-AI (2024), "DeepSeek-V2", section 2.1.4 and table 1.
-    """
-    check_positive_ints(num_layers=num_layers, latent_size=latent_size,
-                        rope_head_size=rope_head_size, seq_len=seq_len, batch_size=batch_size,
-                        bytes_per_value=bytes_per_value)
-    return batch_size * num_layers * (latent_size + rope_head_size) * seq_len * bytes_per_value
-
 
 # --- rotary frequencies, scaled -----------------------------------------------------------------
 

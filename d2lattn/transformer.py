@@ -14,7 +14,7 @@ the copy gives the same outputs: the tests compare them in float64.
 from __future__ import annotations
 
 import copy
-from typing import Callable, Optional, Tuple, Union
+from typing import Callable, Optional, Union
 
 import torch
 import torch.nn.functional as F
@@ -23,13 +23,13 @@ from torch import Tensor, nn
 from ._checks import (
     check_block_args,
     check_bool,
-    check_cache_update,
     check_dropout,
     check_hidden_states,
     check_positive_ints,
     check_torch_layer,
     ValidLens,
 )
+from .kvcache import KVCache  # re-exported: the old path works
 from .multihead import MultiHeadAttention
 
 #: An activation: ``"relu"``, ``"gelu"`` or any callable ``Tensor -> Tensor`` (as
@@ -37,85 +37,7 @@ from .multihead import MultiHeadAttention
 Activation = Union[str, Callable[[Tensor], Tensor]]
 _ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
 
-__all__ = ["KVCache", "PositionWiseFFN", "TransformerDecoderBlock", "TransformerEncoderBlock"]
-
-
-class KVCache:
-    """The projected keys and values of the positions decoded so far, for one attention layer.
-
-    Decoding one token at a time, a causal self-attention layer needs the keys and values of
-    every earlier position. They do not change once computed (a position only attends to its
-    past), so we keep them instead of recomputing them at every step.
-
-    Attributes:
-        keys: ``None`` before the first update, then ``(B, h, T, d_h)``.
-        values: ``None`` before the first update, then ``(B, h, T, v_h)``.
-
-    Example:
-        >>> cache = KVCache()
-        >>> k, v = cache.update(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))
-        >>> k, v = cache.update(torch.zeros(1, 2, 1, 4), torch.zeros(1, 2, 1, 4))
-        >>> len(cache), k.shape, cache.nbytes
-        (4, torch.Size([1, 2, 4, 4]), 256)
-
-    Source: the incremental decoding of autoregressive Transformers; Pope et al. (2023),
-    "Efficiently Scaling Transformer Inference", section 2; book chapter 8.
-    """
-
-    def __init__(self) -> None:
-        self.keys: Optional[Tensor] = None
-        self.values: Optional[Tensor] = None
-
-    def __len__(self) -> int:
-        """T, the number of cached positions."""
-        return 0 if self.keys is None else self.keys.shape[-2]
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held by the cached keys and values."""
-        if self.keys is None or self.values is None:
-            return 0
-        return (self.keys.numel() * self.keys.element_size()
-                + self.values.numel() * self.values.element_size())
-
-    def update(self, keys: Tensor, values: Tensor) -> Tuple[Tensor, Tensor]:
-        """Append new keys and values and return everything cached.
-
-        Args:
-            keys: ``(B, h, T_new, d_h)`` float, the projected keys of the new positions.
-            values: ``(B, h, T_new, v_h)`` float.
-
-        Returns:
-            ``(keys, values)`` of shapes ``(B, h, T + T_new, d_h)`` and ``(B, h, T + T_new, v_h)``.
-
-        Raises:
-            ValueError: if the shapes do not match each other or the cache, or the dtypes or
-                devices differ from each other or from the cache's (no silent promotion).
-        """
-        for name, t in (("keys", keys), ("values", values)):
-            if not isinstance(t, Tensor) or t.dim() != 4:
-                raise ValueError(f"{name} must be a tensor of shape (B, h, T_new, size)")
-        if keys.shape[:3] != values.shape[:3]:
-            raise ValueError(f"keys {tuple(keys.shape)} and values {tuple(values.shape)} must "
-                             "share (B, h, T_new)")
-        if keys.dtype != values.dtype or keys.device != values.device:
-            raise ValueError(f"keys ({keys.dtype} on {keys.device}) and values ({values.dtype} "
-                             f"on {values.device}) must share one dtype and device")
-        check_cache_update(self.keys, keys, "keys")
-        check_cache_update(self.values, values, "values")
-        if self.keys is None or self.values is None:
-            self.keys, self.values = keys, values
-        else:
-            if keys.shape[:2] != self.keys.shape[:2] or keys.shape[3] != self.keys.shape[3] \
-                    or values.shape[3] != self.values.shape[3]:
-                raise ValueError(f"new keys {tuple(keys.shape)} do not fit the cached keys "
-                                 f"{tuple(self.keys.shape)} (B, h and sizes must agree)")
-            self.keys = torch.cat([self.keys, keys], dim=-2)  # (B, h, T + T_new, d_h)
-            self.values = torch.cat([self.values, values], dim=-2)  # (B, h, T + T_new, v_h)
-        return self.keys, self.values
-
-    def __repr__(self) -> str:
-        return f"KVCache(length={len(self)}, nbytes={self.nbytes})"
+__all__ = ["PositionWiseFFN", "TransformerDecoderBlock", "TransformerEncoderBlock"]
 
 
 class PositionWiseFFN(nn.Module):
