@@ -46,6 +46,13 @@ def values_trusted() -> Iterator[None]:
         _VALUES_TRUSTED.reset(token)
 
 
+def reads_values() -> bool:
+    """Whether a check may read tensor *values* now: not inside :func:`values_trusted`, and
+    not while ``torch.compile`` traces (a value read there is a graph break; the compiled
+    model keeps its shape checks, and the same call in eager mode runs the value checks)."""
+    return not torch.compiler.is_compiling() and not _VALUES_TRUSTED.get()
+
+
 # --- numbers ----------------------------------------------------------------------------------
 
 def _is_int(value: object) -> bool:
@@ -368,7 +375,7 @@ def as_valid_lens(valid_lens: ValidLens) -> Tensor:
 
 def check_valid_lens_range(valid_lens: Tensor, num_keys: int) -> None:
     """Every entry in ``[0, num_keys]``."""
-    if valid_lens.numel() > 0:
+    if valid_lens.numel() > 0 and reads_values():
         lo, hi = int(valid_lens.min()), int(valid_lens.max())
         if lo < 0 or hi > num_keys:
             raise ValueError(
@@ -476,7 +483,8 @@ def check_tokens(tokens: object, name: str = "tokens", vocab_size: Optional[int]
     ``[0, vocab_size)`` (what an ``nn.Embedding`` of that size takes).
 
     ``any_int=True`` accepts any integer dtype with ``vocab_size`` too. The range check, the
-    one part that reads the values, is skipped under :func:`values_trusted`."""
+    one part that reads the values, is skipped under :func:`values_trusted` and while
+    ``torch.compile`` traces (:func:`reads_values`)."""
     integer = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
     if vocab_size is not None and not any_int:
         if not isinstance(tokens, Tensor) or tokens.dtype != torch.long or tokens.dim() != 2:
@@ -487,7 +495,7 @@ def check_tokens(tokens: object, name: str = "tokens", vocab_size: Optional[int]
         raise ValueError(f"{name} must be an integer tensor of shape (B, T), got "
                          + (f"dtype {tokens.dtype} and shape {tuple(tokens.shape)}"
                             if isinstance(tokens, Tensor) else type(tokens).__name__))
-    if vocab_size is not None and tokens.numel() and not _VALUES_TRUSTED.get():
+    if vocab_size is not None and tokens.numel() and reads_values():
         low, high = (int(v) for v in torch.stack([tokens.min(), tokens.max()]).tolist())
         if low < 0 or high >= vocab_size:
             raise ValueError(f"{name} entries must lie in [0, {vocab_size}) (vocab_size, the "
@@ -966,8 +974,8 @@ def check_gates(name: str, gate: object, keys: Tensor, low_open: bool) -> None:
         raise ValueError(f"{name} must be a tensor of shape (..., T) = {shape}, got "
                          f"{_describe(gate)}")
     check_same_dtype_device(keys=keys, **{name: gate})
-    if _VALUES_TRUSTED.get():
-        return  # gates the layer made itself (a sigmoid): in range, and not read back
+    if not reads_values():
+        return  # gates the layer made itself (a sigmoid), or compiling: not read back
     if low_open:
         if not bool(((gate > 0) & (gate <= 1)).all()):
             raise ValueError(f"{name} must lie in (0, 1] (a decay factor)")

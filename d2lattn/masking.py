@@ -204,8 +204,9 @@ def masked_softmax(
     scores = fill(~keep, float("-inf"))
     has_key = keep.any(dim=-1, keepdim=True)  # (..., Q, 1) or broadcastable
     # On the CPU, look whether a row is empty (cheap); on an accelerator that look would be a
-    # host synchronisation, so take the path below, which gives the same weights for any row.
-    if X.device.type == "cpu" and bool(has_key.all()):
+    # host synchronisation (and under torch.compile a graph break), so take the path below,
+    # which gives the same weights for any row.
+    if X.device.type == "cpu" and not torch.compiler.is_compiling() and bool(has_key.all()):
         # Every row keeps at least one key: exp(-inf) = 0 gives masked keys exactly zero weight.
         return _softmax_into(scores)
     # Some row is empty: softmax of a row of -inf is NaN. Give such rows finite scores first,
