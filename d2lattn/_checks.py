@@ -1033,13 +1033,33 @@ def check_delta_args(queries: Tensor, keys: Tensor, values: Tensor, beta: object
 # --- sets, point clouds and graphs (d2lattn.pointcloud, d2lattn.graphs) ---
 
 def check_adjacency(adjacency: object, N: int, name: str = "adjacency") -> Tensor:
-    """A graph's adjacency: bool ``(N, N)`` or ``(B, N, N)`` (d2lattn.graphs)."""
+    """A graph's adjacency: a dense bool ``(N, N)`` or ``(B, N, N)`` (d2lattn.graphs)."""
+    if isinstance(adjacency, Tensor) and adjacency.layout != torch.strided:
+        raise ValueError(f"{name} must be a dense (strided) bool tensor, got the layout "
+                         f"{adjacency.layout}: pass {name}.to_dense(), or, for a large graph, "
+                         "its edges as edge_index (2, E)")
     if (not isinstance(adjacency, Tensor) or adjacency.dtype != torch.bool
             or adjacency.dim() not in (2, 3) or adjacency.shape[-2:] != (N, N)):
         raise ValueError(f"{name} must be a bool tensor of shape (N, N) or (B, N, N) with "
                          f"N = {N}, got {getattr(adjacency, 'dtype', type(adjacency).__name__)} "
                          f"{tuple(getattr(adjacency, 'shape', ()))}")
     return adjacency
+
+
+def check_edge_index(edge_index: object, N: int) -> Tensor:
+    """A graph's edges: integers ``(2, E)``, row 0 the sources, row 1 the targets, in
+    ``[0, N)`` (the range is read unless :func:`reads_values` says not to)."""
+    if (not isinstance(edge_index, Tensor) or edge_index.dim() != 2 or edge_index.shape[0] != 2
+            or edge_index.is_floating_point() or edge_index.is_complex()
+            or edge_index.dtype == torch.bool or edge_index.layout != torch.strided):
+        raise ValueError("edge_index must be a dense integer tensor of shape (2, E) (sources, "
+                         f"targets), got {_describe(edge_index)}")
+    if edge_index.numel() and reads_values():
+        low, high = (int(v) for v in torch.stack([edge_index.min(), edge_index.max()]).tolist())
+        if low < 0 or high >= N:
+            raise ValueError(f"edge_index entries must lie in [0, N) = [0, {N}) (node ids), got "
+                             f"values in [{low}, {high}]")
+    return edge_index
 
 
 def check_set_lens(valid_lens: Tensor, B: int, N: int) -> Tensor:

@@ -19,13 +19,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._checks import check_adjacency, check_choice, check_dropout, check_positive_ints
+from ._checks import (check_adjacency, check_choice, check_dropout, check_edge_index,
+                      check_positive_ints)
 from .masking import masked_softmax
 from .transformer import TransformerEncoderBlock
 from .training import Callback, fit
 
 __all__ = ["GraphAttention", "GraphNodeClassifier", "add_self_loops", "make_block_graph",
-           "normalized_adjacency", "train_node_classifier"]
+           "normalized_adjacency", "sparse_to_edge_index", "train_node_classifier"]
 
 
 def add_self_loops(adjacency: Tensor) -> Tensor:
@@ -113,7 +114,9 @@ class GraphAttention(nn.Module):
     Shapes (``forward``):
         X ``(N, F)`` or ``(B, N, F)`` float; adjacency ``(N, N)`` or ``(B, N, N)`` bool,
         ``[i, j]`` True where node ``i`` may attend to node ``j``. Returns ``(N, h F')`` or
-        ``(N, F')`` (with the batch axis if given). No activation is applied.
+        ``(N, F')`` (with the batch axis if given). No activation is applied. Or, for a
+        large graph, ``edge_index`` ``(2, E)`` (sources, targets) in place of the adjacency:
+        the same layer in ``O(E)`` memory (see :meth:`forward`).
 
     Attributes:
         attention_weights: ``(..., h, N, N)`` the last call's weights, detached, before
@@ -150,18 +153,54 @@ class GraphAttention(nn.Module):
         nn.init.xavier_uniform_(self.a_key)
         self.dropout = nn.Dropout(dropout)
         self.attention_weights: Optional[Tensor] = None
+        self.attention_edges: Optional[Tensor] = None  # the edge list of the last edge call
 
-    def forward(self, X: Tensor, adjacency: Tensor) -> Tensor:
-        """Attention of every node over its neighbours: ``X`` ``(N, F)`` or ``(B, N, F)``,
-        ``adjacency`` ``(N, N)`` or ``(B, N, N)`` bool -> ``(N, h F')`` or ``(N, F')`` (with
-        the batch axis if given); see the class docstring."""
+    def forward(self, X: Tensor, adjacency: Optional[Tensor] = None, *,
+                edge_index: Optional[Tensor] = None) -> Tensor:
+        """Attention of every node over its neighbours, given as a dense ``adjacency`` or as
+        an edge list ``edge_index`` (exactly one).
+
+        Args:
+            X: ``(N, F)`` or ``(B, N, F)`` float node features.
+            adjacency: ``(N, N)`` or ``(B, N, N)`` bool, ``[i, j]`` True where node ``i``
+                attends to node ``j``; an ``(N, N)`` adjacency serves every graph of a batch.
+                A sparse ``(N, N)`` bool tensor is read as its edge list (its True entries).
+            edge_index: keyword-only; ``(2, E)`` integers, column ``(j, i)`` an edge from
+                source ``j`` to target ``i`` (node ``i`` attends to node ``j``, PyTorch
+                Geometric's convention), for ``X`` of shape ``(N, F)``. Memory is ``O(E h F')``
+                instead of the dense form's ``O(h N^2)``. A repeated edge counts once per copy.
+
+        Returns:
+            ``(N, h F')`` or ``(N, F')`` (with the batch axis if given).
+
+        Raises:
+            ValueError: ``X`` not float ``(N, F)`` / ``(B, N, F)``; neither or both of
+                ``adjacency`` and ``edge_index``; a batch of adjacencies ``(B, N, N)`` with
+                features ``(N, F)`` or with another ``B``; a sparse adjacency with a batch axis;
+                ``edge_index`` not integers ``(2, E)`` in ``[0, N)``, or with batched ``X``.
+        """
         if (not isinstance(X, Tensor) or not X.is_floating_point() or X.dim() not in (2, 3)
                 or X.shape[-1] != self.in_features):
             raise ValueError(f"X must be a float tensor of shape (N, {self.in_features}) or "
                              f"(B, N, {self.in_features}), got "
                              f"{getattr(X, 'shape', type(X).__name__)}")
+        if (adjacency is None) == (edge_index is None):
+            raise ValueError("give exactly one of adjacency (N, N) and edge_index (2, E)")
         N = X.shape[-2]
+        if isinstance(adjacency, Tensor) and adjacency.layout != torch.strided \
+                and adjacency.dim() == 2 and adjacency.dtype == torch.bool:
+            edge_index, adjacency = sparse_to_edge_index(adjacency), None
+        if edge_index is not None:
+            if X.dim() != 2:
+                raise ValueError(f"edge_index takes features X of shape (N, F), got "
+                                 f"{tuple(X.shape)}: put the graphs of a batch side by side "
+                                 "as one graph of their nodes")
+            return self._forward_edges(X, check_edge_index(edge_index, N))
         adjacency = check_adjacency(adjacency, N)
+        if adjacency.dim() == 3 and (X.dim() == 2 or adjacency.shape[0] != X.shape[0]):
+            raise ValueError(f"adjacency of shape {tuple(adjacency.shape)} (B, N, N) needs "
+                             f"features X of shape ({adjacency.shape[0]}, N, F), got "
+                             f"{tuple(X.shape)}; one graph's features need an (N, N) adjacency")
         if self.self_loops:
             adjacency = add_self_loops(adjacency)
         h, Fo = self.num_heads, self.out_features
@@ -181,6 +220,61 @@ class GraphAttention(nn.Module):
         if self.concat:
             return out.transpose(-3, -2).flatten(-2)  # (..., N, h F')
         return out.mean(dim=-3)  # (..., N, F')
+
+    def _forward_edges(self, X: Tensor, edge_index: Tensor) -> Tensor:
+        """The same layer on an edge list: a softmax over each node's incoming edges with
+        scatter reductions (``scatter_reduce`` for the maximum, ``index_add_`` for the sums).
+        ``attention_weights`` becomes ``(h, E')``, one weight per edge of
+        ``attention_edges`` ``(2, E')`` (the edges used, self-loops included)."""
+        N, h, Fo = X.shape[0], self.num_heads, self.out_features
+        edge_index = edge_index.to(device=X.device, dtype=torch.long)
+        if self.self_loops:  # i -> i once for every node, as adjacency | I in the dense form
+            loops = torch.arange(N, device=X.device).expand(2, N)
+            edge_index = torch.cat([edge_index[:, edge_index[0] != edge_index[1]], loops], 1)
+        src, dst = edge_index[0], edge_index[1]  # (E,) each: j -> i
+        E = src.shape[0]
+        # 1. project, and split into heads
+        WH = self.W(X).view(N, h, Fo)  # (N, h, F')
+        # 2. score every edge: a_1 . W h_i (target) + a_2 . W h_j (source), then LeakyReLU
+        e_query = (WH * self.a_query).sum(-1)  # (N, h)
+        e_key = (WH * self.a_key).sum(-1)  # (N, h)
+        acc = torch.float32 if X.dtype in (torch.float16, torch.bfloat16) else X.dtype
+        scores = F.leaky_relu(e_query[dst] + e_key[src], self.negative_slope).to(acc)  # (E, h)
+        # 3. softmax over each target's incoming edges: subtract the target's maximum (a
+        #    constant per row, so no gradient needs to flow through it), exponentiate, divide
+        #    by the target's sum. A node without incoming edges gets no weight at all.
+        index = dst[:, None].expand(E, h)  # (E, h)
+        row_max = torch.full((N, h), float("-inf"), dtype=acc, device=X.device).scatter_reduce(
+            0, index, scores.detach(), reduce="amax", include_self=True)  # (N, h)
+        p = (scores - row_max[dst]).exp()  # (E, h)
+        row_sum = torch.zeros(N, h, dtype=acc, device=X.device).index_add_(0, dst, p)  # (N, h)
+        weights = p / row_sum[dst]  # (E, h); row_sum[dst] >= 1 (the maximum's own term)
+        self.attention_weights = weights.detach().to(X.dtype).T  # (h, E)
+        self.attention_edges = edge_index
+        # 4. pool: each edge sends alpha_ij W h_j to its target
+        messages = self.dropout(weights).to(X.dtype)[..., None] * WH[src]  # (E, h, F')
+        out = torch.zeros(N, h, Fo, dtype=X.dtype, device=X.device).index_add_(
+            0, dst, messages)  # (N, h, F')
+        if self.concat:
+            return out.flatten(-2)  # (N, h F')
+        return out.mean(dim=-2)  # (N, F')
+
+
+def sparse_to_edge_index(adjacency: Tensor) -> Tensor:
+    """The edges of a sparse bool adjacency ``(N, N)`` (``[i, j]`` True: ``i`` attends to
+    ``j``) as ``edge_index`` ``(2, E)`` int64, row 0 the sources ``j``, row 1 the targets ``i``.
+
+    Example:
+        >>> A = torch.tensor([[False, True], [False, False]]).to_sparse()
+        >>> sparse_to_edge_index(A)
+        tensor([[1],
+                [0]])
+    """
+    if adjacency.layout != torch.sparse_coo:
+        adjacency = adjacency.to_sparse_coo()
+    adjacency = adjacency.coalesce()
+    targets, sources = adjacency.indices()[:, adjacency.values()]  # only the True entries
+    return torch.stack([sources, targets])
 
 
 def make_block_graph(num_nodes: int = 300, num_blocks: int = 3, *, p_in: float = 0.05,
