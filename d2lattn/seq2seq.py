@@ -30,7 +30,7 @@ from ._checks import (
     check_positive_ints,
     check_tokens,
 )
-from .data import CharVocab
+from .data import CharVocab, length_batches
 from .training import Callback, fit
 
 __all__ = [
@@ -484,8 +484,6 @@ def train_seq2seq(model: EncoderDecoder, X: Tensor, X_valid_lens: Tensor, Y: Ten
     Source: book chapter 7 (teacher forcing, Williams and Zipser (1989); Adam, Kingma and Ba
     (2015); bucketing by length, Sutskever et al. (2014), section 3.4).
     """
-    from .data import length_batches
-
     check_positive_ints(steps=steps, batch_size=batch_size)
     check_positive("lr", lr)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)

@@ -62,3 +62,16 @@ def test_eager_still_checks_values_and_compiled_still_checks_shapes():
         compiled(torch.zeros(2, 3, 4, dtype=torch.long))  # compiled: shapes are still checked
     with pytest.raises((IndexError, RuntimeError)):  # the embedding itself refuses id 11
         compiled(torch.tensor([[3, 11]]))  # compiled: the range check is not read
+
+
+@pytest.mark.parametrize("kind", ["mla", "linear", "delta", "gated_delta"])
+def test_gpt_with_other_attention_kinds_traces_as_one_graph(kind):
+    torch.manual_seed(0)
+    config = GPTConfig(vocab_size=11, block_size=16, num_hiddens=16, num_heads=2,
+                       num_layers=2, ffn_num_hiddens=32, attention=kind,
+                       positions="rotary" if kind == "mla" else "learned")
+    model = GPT(config).eval()
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(model)(torch.randint(0, 11, (2, 8)))
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0), \
+        explained.break_reasons
