@@ -259,9 +259,9 @@ def next_token_probs(logits: Tensor, *, temperature: float = 1.0, top_k: Optiona
     Computed in float32 at least (float64 stays float64), so float16 logits divided by a
     small temperature do not overflow; a row that would still overflow (a temperature near
     zero) is shifted by its largest logit first, so the other tokens get ``-inf``, never
-    ``inf - inf`` (NaN). Temperature
-    ``0`` is the limit of ever smaller temperatures taken by ``argmax``: all the mass on the
-    most likely token (the first one, on ties), which is what ``greedy`` decoding picks.
+    ``inf - inf`` (NaN). Temperature ``0`` is the limit of ever smaller temperatures, taken
+    by ``argmax``: all the mass on the most likely token (the first one, on ties), which is
+    what ``greedy`` decoding picks.
 
     Args:
         logits: ``(..., V)`` float, unnormalized scores of the next token.
@@ -382,16 +382,16 @@ class GPT(nn.Module):
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
-    def num_parameters(self, non_embedding: bool = False) -> int:
+    def num_parameters(self, *, non_embedding: bool = False) -> int:
         """Trainable parameters (``requires_grad``), the tied matrix counted once.
 
         Args:
-            non_embedding: leave out the token embedding (with the read-out tied to it) and
-                the learned position table: the ``N`` of :func:`~d2lattn.training_flops`'s
-                ``6 N D``, which counts the operations of the matrices every token
-                multiplies (Kaplan et al. 2020, section 2.1; nanoGPT's
-                ``get_num_params(non_embedding=True)``, which leaves out the position table).
-                A read-out that is not tied is counted.
+            non_embedding: keyword-only; leave out the token embedding (and the read-out
+                tied to it) and the learned position table. This is the ``N`` of the
+                ``6 N D`` of :func:`~d2lattn.training_flops`, counted as Kaplan et al. (2020,
+                section 2.1) count it, without the embeddings. (nanoGPT's
+                ``get_num_params(non_embedding=True)`` leaves out only the position table
+                and keeps the tied matrix.) A read-out that is not tied is counted.
 
         Example:
             >>> model = GPT(GPTConfig(vocab_size=10, block_size=8, num_hiddens=16,
