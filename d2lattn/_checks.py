@@ -488,8 +488,9 @@ def check_tokens(tokens: object, name: str = "tokens", vocab_size: Optional[int]
     ``[0, vocab_size)`` (what an ``nn.Embedding`` of that size takes).
 
     ``any_int=True`` accepts any integer dtype with ``vocab_size`` too. The range check, the
-    one part that reads the values, is skipped under :func:`values_trusted` and while
-    ``torch.compile`` traces (:func:`reads_values`)."""
+    one part that reads the values, is skipped under :func:`values_trusted`, while
+    ``torch.compile`` traces (:func:`reads_values`) and on the ``meta`` device (which has no
+    values)."""
     integer = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
     if vocab_size is not None and not any_int:
         if not isinstance(tokens, Tensor) or tokens.dtype != torch.long or tokens.dim() != 2:
@@ -500,7 +501,8 @@ def check_tokens(tokens: object, name: str = "tokens", vocab_size: Optional[int]
         raise ValueError(f"{name} must be an integer tensor of shape (B, T), got "
                          + (f"dtype {tokens.dtype} and shape {tuple(tokens.shape)}"
                             if isinstance(tokens, Tensor) else type(tokens).__name__))
-    if vocab_size is not None and tokens.numel() and reads_values():
+    if (vocab_size is not None and tokens.numel() and reads_values()
+            and tokens.device.type != "meta"):
         low, high = (int(v) for v in torch.stack([tokens.min(), tokens.max()]).tolist())
         if low < 0 or high >= vocab_size:
             raise ValueError(f"{name} entries must lie in [0, {vocab_size}) (vocab_size, the "
@@ -960,15 +962,19 @@ def check_chunk_size(chunk_size: object) -> None:
 
 
 def check_linear_state(state: object, name: str, shape: Tuple[int, ...], like: Tensor) -> None:
-    """``None`` or a tensor of ``shape`` with ``like``'s dtype and device (a carried state)."""
+    """``None`` or a tensor of ``shape`` with ``like``'s dtype (or float32, the dtype a state
+    of half-precision inputs is carried in) and device (a carried state)."""
     if state is None:
         return
     if not isinstance(state, Tensor) or tuple(state.shape) != shape:
         raise ValueError(f"{name} must be None or a tensor of shape {shape}, got "
                          f"{_describe(state)}")
-    if state.dtype != like.dtype or state.device != like.device:
-        raise ValueError(f"{name} must have dtype {like.dtype} on {like.device}, got "
-                         f"{state.dtype} on {state.device}")
+    half = like.dtype in (torch.float16, torch.bfloat16)
+    if (state.dtype != like.dtype and not (half and state.dtype == torch.float32)) \
+            or state.device != like.device:
+        raise ValueError(f"{name} must have dtype {like.dtype}"
+                         + (" or torch.float32" if half else "")
+                         + f" on {like.device}, got {state.dtype} on {state.device}")
 
 
 def check_gates(name: str, gate: object, keys: Tensor, low_open: bool) -> None:

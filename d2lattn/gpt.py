@@ -217,6 +217,9 @@ def top_p_filter(logits: Tensor, p: float) -> Tensor:
     Returns:
         a new ``(..., V)`` tensor, the removed logits set to ``-inf``.
 
+    Raises:
+        ValueError: ``logits`` not a float tensor with ``V >= 1``, ``p`` outside ``(0, 1]``.
+
     Example:
         >>> logits = torch.tensor([0.5, 0.3, 0.15, 0.05]).log()
         >>> top_p_filter(logits, 0.8).exp()  # 0.5 + 0.3 reaches 0.8
@@ -226,6 +229,9 @@ def top_p_filter(logits: Tensor, p: float) -> Tensor:
     """
     check_logits(logits)
     check_top_p(p)
+    if logits.shape[-1] == 0:  # as top_k_filter: no token to keep
+        raise ValueError("logits must have a vocabulary of at least one token (V >= 1), got "
+                         f"shape {tuple(logits.shape)}")
     if p >= 1:  # every token: no rounded sum may decide that the mass is already complete
         return logits.clone()
     probs, order = logits.float().softmax(dim=-1).sort(dim=-1, descending=True)
@@ -239,35 +245,65 @@ def top_p_filter(logits: Tensor, p: float) -> Tensor:
     return logits.masked_fill(~keep, float("-inf"))
 
 
+def _check_temperature(temperature: float) -> None:
+    """A finite temperature ``>= 0`` (0: greedy, the limit of ever smaller temperatures)."""
+    if not (isinstance(temperature, (int, float)) and not isinstance(temperature, bool)
+            and temperature == 0):
+        check_temperature(temperature)
+
+
 def next_token_probs(logits: Tensor, *, temperature: float = 1.0, top_k: Optional[int] = None,
                      top_p: Optional[float] = None) -> Tensor:
     """The sampling distribution: logits divided by the temperature, then top-k, then top-p.
 
+    Computed in float32 at least (float64 stays float64), so float16 logits divided by a
+    small temperature do not overflow; a row that would still overflow (a temperature near
+    zero) is shifted by its largest logit first, so the other tokens get ``-inf``, never
+    ``inf - inf`` (NaN). Temperature ``0`` is the limit of ever smaller temperatures, taken
+    by ``argmax``: all the mass on the most likely token (the first one, on ties), which is
+    what ``greedy`` decoding picks.
+
     Args:
         logits: ``(..., V)`` float, unnormalized scores of the next token.
-        temperature: keyword-only; a positive number (``< 1`` sharpens, ``> 1`` flattens).
+        temperature: keyword-only; a finite number ``>= 0`` (``< 1`` sharpens, ``> 1``
+            flattens, ``0`` is greedy).
         top_k: keyword-only; ``None`` or an integer in ``[1, V]``.
         top_p: keyword-only; ``None`` or a number in ``(0, 1]``.
 
     Returns:
-        ``(..., V)`` float probabilities that sum to one, zero outside the kept tokens.
+        ``(..., V)`` probabilities that sum to one, zero outside the kept tokens: float32 for
+        float16, bfloat16 and float32 logits (half-precision probabilities below 6e-8 would
+        round to zero), float64 for float64 logits.
 
     Raises:
-        ValueError: a temperature that is not a positive finite number, a bad ``top_k`` or
+        ValueError: a temperature that is not a finite number ``>= 0``, a bad ``top_k`` or
             ``top_p``.
 
     Example:
         >>> next_token_probs(torch.tensor([2.0, 1.0, 0.0]), temperature=0.5, top_k=2)
         tensor([0.8808, 0.1192, 0.0000])
+        >>> next_token_probs(torch.tensor([2.0, 1.0, 0.0], dtype=torch.float16), temperature=1e-3)
+        tensor([1., 0., 0.])
     """
     check_logits(logits)
-    check_temperature(temperature)
-    logits = logits / temperature
+    _check_temperature(temperature)
+    wide = logits.to(torch.promote_types(logits.dtype, torch.float32))  # (..., V)
+    if temperature == 0:
+        if wide.shape[-1] == 0:
+            raise ValueError("logits must have a vocabulary of at least one token (V >= 1)")
+        return torch.zeros_like(wide).scatter_(-1, wide.argmax(dim=-1, keepdim=True), 1.0)
+    scaled = wide / temperature  # (..., V)
+    if wide.shape[-1]:  # a row whose largest scaled logit overflowed: shift it first (the
+        # largest becomes 0, the others finite or -inf: never inf - inf); no host sync
+        top = wide.amax(dim=-1, keepdim=True)  # (..., 1)
+        overflow = ~torch.isfinite(scaled.amax(dim=-1, keepdim=True)) & torch.isfinite(top)
+        scaled = torch.where(overflow, (wide - top) / temperature, scaled)
+    wide = scaled
     if top_k is not None:
-        logits = top_k_filter(logits, top_k)
+        wide = top_k_filter(wide, top_k)
     if top_p is not None:
-        logits = top_p_filter(logits, top_p)
-    return logits.softmax(dim=-1)
+        wide = top_p_filter(wide, top_p)
+    return wide.softmax(dim=-1)
 
 
 class GPT(nn.Module):
@@ -289,8 +325,9 @@ class GPT(nn.Module):
         config: a :class:`GPTConfig`.
 
     Shapes (``forward``):
-        tokens ``(B, T)`` int64 in ``[0, V)``; ``T <= block_size`` counting the cached
-        positions. Keyword-only ``kv_caches``: ``None`` or a list of ``num_layers``
+        tokens ``(B, T)`` integers (int64, or int8 .. int32, uint8: converted to int64) in
+        ``[0, V)``; ``T <= block_size`` counting the cached positions. Keyword-only
+        ``kv_caches``: ``None`` or a list of ``num_layers``
         :class:`~d2lattn.KVCache` or :class:`~d2lattn.RecurrentState` (see
         :meth:`new_caches`); then ``tokens`` are the positions that follow the cached ones.
         Returns logits ``(B, T, V)`` float.
@@ -301,8 +338,9 @@ class GPT(nn.Module):
 
     Raises:
         ValueError: a config that is not a :class:`GPTConfig`; tokens not an integer
-            ``(B, T)`` tensor in ``[0, V)``, more positions than ``block_size``, a wrong number
-            of caches.
+            ``(B, T)`` tensor in ``[0, V)`` (the range is not read on the ``meta`` device),
+            more positions than ``block_size``, a wrong number of caches, caches holding
+            different numbers of positions.
 
     Example:
         >>> model = GPT(GPTConfig(vocab_size=10, block_size=8, num_hiddens=16, num_heads=2,
@@ -344,9 +382,32 @@ class GPT(nn.Module):
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
-    def num_parameters(self) -> int:
-        """Trainable parameters, the tied matrix counted once."""
-        return sum(p.numel() for p in self.parameters())
+    def num_parameters(self, *, non_embedding: bool = False) -> int:
+        """Trainable parameters (``requires_grad``), the tied matrix counted once.
+
+        Args:
+            non_embedding: keyword-only; leave out the token embedding (and the read-out
+                tied to it) and the learned position table. This is the ``N`` of the
+                ``6 N D`` of :func:`~d2lattn.training_flops`, counted as Kaplan et al. (2020,
+                section 2.1) count it, without the embeddings. (nanoGPT's
+                ``get_num_params(non_embedding=True)`` leaves out only the position table
+                and keeps the tied matrix.) A read-out that is not tied is counted.
+
+        Example:
+            >>> model = GPT(GPTConfig(vocab_size=10, block_size=8, num_hiddens=16,
+            ...                       num_heads=2, num_layers=1, ffn_num_hiddens=32,
+            ...                       positions="learned"))
+            >>> model.num_parameters() - model.num_parameters(non_embedding=True)
+            288
+        """
+        check_bool(non_embedding=non_embedding)
+        skip = set()
+        if non_embedding:
+            skip.add(id(self.embedding.weight))
+            if self.positions is not None:
+                skip.add(id(self.positions.weight))
+        return sum(p.numel() for p in self.parameters()
+                   if p.requires_grad and id(p) not in skip)
 
     def new_caches(self) -> List[Union[KVCache, RecurrentState]]:
         """One empty cache per layer: a :class:`~d2lattn.KVCache`, or a
@@ -359,7 +420,8 @@ class GPT(nn.Module):
         """Logits of the next token at every position.
 
         Args:
-            tokens: ``(B, T)`` integer ids in ``[0, V)``; with ``kv_caches``, the ``T``
+            tokens: ``(B, T)`` integer ids in ``[0, V)`` (int8 .. int64 or uint8, used as
+                int64); with ``kv_caches``, the ``T``
                 positions after the cached ones (``past + T <= block_size``).
             kv_caches: keyword-only; ``None`` or one cache per layer (:meth:`new_caches`),
                 updated in place.
@@ -372,6 +434,8 @@ class GPT(nn.Module):
         """
         c = self.config
         check_tokens(tokens, "tokens", c.vocab_size, any_int=True)
+        if tokens.dtype != torch.long:  # int8 .. int32, uint8: nn.Embedding takes int64
+            tokens = tokens.long()
         B, T = tokens.shape
         if kv_caches is not None and not c.causal:
             raise ValueError("kv_caches need a causal model (config.causal=True)")
@@ -379,6 +443,9 @@ class GPT(nn.Module):
             raise ValueError(f"kv_caches must hold one cache per layer ({len(self.blocks)}), "
                              f"got {len(kv_caches)}")
         past = len(kv_caches[0]) if kv_caches is not None else 0
+        if kv_caches is not None and any(len(cache) != past for cache in kv_caches):
+            raise ValueError(f"kv_caches must all hold the same number of positions, got "
+                             f"{[len(cache) for cache in kv_caches]} (one per layer)")
         if past + T > c.block_size:
             raise ValueError(f"{past} cached + {T} new positions exceed block_size = "
                              f"{c.block_size}")
@@ -407,7 +474,8 @@ class GPT(nn.Module):
             max_new_tokens: a non-negative integer.
             greedy: keyword-only; the argmax instead of a sample (then ``temperature``,
                 ``top_k`` and ``top_p`` must keep their defaults).
-            temperature, top_k, top_p: keyword-only; see :func:`next_token_probs`.
+            temperature, top_k, top_p: keyword-only; see :func:`next_token_probs`
+                (``temperature=0`` decodes greedily; the probabilities are float32).
             use_cache: keyword-only; ``True`` keeps every layer's keys and values in a
                 :class:`~d2lattn.KVCache` and feeds one new token per step (needs
                 ``T0 + max_new_tokens <= block_size``); ``False`` recomputes the whole
@@ -432,7 +500,7 @@ class GPT(nn.Module):
             raise ValueError("prompt must be an integer tensor of shape (B, T0) with T0 >= 1")
         check_non_negative_ints(max_new_tokens=max_new_tokens)
         check_bool(greedy=greedy)
-        check_temperature(temperature)
+        _check_temperature(temperature)
         if greedy and (temperature != 1.0 or top_k is not None or top_p is not None):
             raise ValueError("greedy=True takes the argmax: leave temperature, top_k and top_p "
                              "at their defaults")
@@ -456,7 +524,7 @@ class GPT(nn.Module):
                     logits = self(feed, kv_caches=caches)[:, -1]  # (B, V)
                 else:
                     logits = self(tokens[:, -c.block_size:])[:, -1]  # (B, V)
-                if greedy:
+                if greedy or temperature == 0:  # temperature 0: the greedy limit
                     nxt = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
                 else:
                     probs = next_token_probs(logits, temperature=temperature, top_k=top_k,
@@ -608,6 +676,25 @@ def train_lm(model: GPT, data: Tensor, *, steps: int, batch_size: int = 32, lr: 
                callback=callback)
 
 
+def _check_stream(model: GPT, data: Tensor, extra: int) -> None:
+    """The checks every scorer of a token stream shares (:func:`held_out_losses`,
+    :func:`sliding_window_losses`): a causal :class:`GPT`, 1-D integer tokens of its
+    vocabulary, more than ``block_size + extra`` of them."""
+    if not isinstance(model, GPT):
+        raise ValueError(f"model must be a GPT, got {type(model).__name__}")
+    if not model.config.causal:
+        raise ValueError("model must be causal (config.causal=True): a bidirectional model "
+                         "sees the tokens it is asked to predict")
+    if not isinstance(data, Tensor) or data.dim() != 1:
+        raise ValueError(f"data must be a 1-D LongTensor of tokens (N,), got "
+                         f"{getattr(data, 'shape', type(data).__name__)}")
+    check_tokens(data[None], "data", model.config.vocab_size)
+    T = model.config.block_size
+    if data.numel() <= T + extra:
+        raise ValueError(f"data must hold more than block_size{f' + {extra}' if extra else ''}"
+                         f" = {T + extra} tokens, got {data.numel()}")
+
+
 @torch.no_grad()
 def held_out_losses(model: GPT, data: Tensor, *, batch_size: int = 64,
                     max_windows: Optional[int] = None) -> Tensor:
@@ -619,20 +706,28 @@ def held_out_losses(model: GPT, data: Tensor, *, batch_size: int = 64,
     sees ``t + 1`` tokens of context.
 
     Args:
-        model: a :class:`GPT`. data: ``(N,)`` int64 tokens.
+        model: a causal :class:`GPT`. data: ``(N,)`` int64 tokens, ``N >= block_size + 1``.
         batch_size: windows per forward pass. max_windows: use only the first windows.
 
     Returns:
-        ``(W, T)`` float on the CPU: the cross-entropy in **bits** of each prediction, window
-        by window; the mean is the held-out bits per character, the mean over axis 0 the loss
-        by position. The model runs in eval mode and is given back in the mode it was in.
+        ``(W, T)`` float32 (float64 for a float64 model) on the CPU: the cross-entropy in
+        **bits** of each prediction, window by window, computed from logits widened to
+        float32 (a bfloat16 model's losses are not rounded to its steps of 1/64 bit); the
+        mean is the held-out bits per character, the mean over axis 0 the loss by position.
+        The model runs in eval mode and is given back in the mode it was in.
+
+    Raises:
+        ValueError: a model that is not a causal :class:`GPT`, ``data`` not 1-D tokens of its
+            vocabulary or too short, sizes that are not positive integers.
     """
+    _check_stream(model, data, 0)
     T = model.config.block_size
+    check_positive_ints(batch_size=batch_size)
+    if max_windows is not None:
+        check_positive_ints(max_windows=max_windows)
     W = (data.numel() - 1) // T
     if max_windows is not None:
         W = min(W, max_windows)
-    if W < 1:
-        raise ValueError(f"data must hold more than block_size + 1 = {T + 1} tokens")
     device = model.embedding.weight.device
     index = torch.arange(W)[:, None] * T + torch.arange(T + 1)  # (W, T + 1)
     out = []
@@ -640,7 +735,8 @@ def held_out_losses(model: GPT, data: Tensor, *, batch_size: int = 64,
         for chunk in index.split(batch_size):
             windows = data[chunk].to(device)  # (b, T + 1)
             logits = model(windows[:, :-1])  # (b, T, V)
-            nats = F.cross_entropy(logits.transpose(1, 2), windows[:, 1:], reduction="none")
+            wide = logits.to(torch.promote_types(logits.dtype, torch.float32))
+            nats = F.cross_entropy(wide.transpose(1, 2), windows[:, 1:], reduction="none")
             out.append((nats / math.log(2)).cpu())  # (b, T) bits
     return torch.cat(out)  # (W, T)
 
@@ -678,21 +774,12 @@ def sliding_window_losses(model: GPT, data: Tensor, *, stride: Optional[int] = N
     non-overlapping windows (whose first tokens suffer the "early token curse"), with a
     stride of half a window; book chapter 12.
     """
+    _check_stream(model, data, 1)
     T = model.config.block_size
-    if not model.config.causal:
-        raise ValueError("model must be causal (config.causal=True): a bidirectional model "
-                         "sees the tokens it is asked to predict")
-    if not isinstance(data, Tensor) or data.dim() != 1:
-        raise ValueError(f"data must be a 1-D LongTensor of tokens (N,), got "
-                         f"{getattr(data, 'shape', type(data).__name__)}")
-    check_tokens(data[None], "data", model.config.vocab_size)
     stride = T // 2 if stride is None else stride
     check_positive_ints(stride=stride, batch_size=batch_size)
     if stride > T:
         raise ValueError(f"stride must be at most block_size = {T}, got {stride}")
-    if data.numel() < T + 2:
-        raise ValueError(f"data must hold more than block_size + 1 = {T + 1} tokens, got "
-                         f"{data.numel()}")
     device = model.embedding.weight.device
     starts = torch.arange(0, data.numel() - T, stride)  # windows of T + 1 tokens that fit
     index = starts[:, None] + torch.arange(T + 1)  # (W, T + 1)
@@ -701,7 +788,8 @@ def sliding_window_losses(model: GPT, data: Tensor, *, stride: Optional[int] = N
         for k, chunk in enumerate(index.split(batch_size)):
             windows = data[chunk].to(device)  # (b, T + 1)
             logits = model(windows[:, :-1])  # (b, T, V)
-            nats = F.cross_entropy(logits.float().transpose(1, 2), windows[:, 1:],
+            wide = logits.to(torch.promote_types(logits.dtype, torch.float32))
+            nats = F.cross_entropy(wide.transpose(1, 2), windows[:, 1:],
                                    reduction="none")  # (b, T)
             bits = (nats / math.log(2)).cpu()
             if k == 0:  # the stream's first window: all its predictions

@@ -27,8 +27,12 @@ k_t^T) + beta_t v_t k_t^T``:
   :func:`delta_rule_chunked` (the WY-style triangular solve of Yang et al. 2024, section 3.2).
 
 Every form takes float16 and bfloat16 inputs: it computes in float32 (the state is a sum over
-all earlier tokens, and PyTorch's triangular solve has no half-precision kernel) and returns
-outputs and state in the input dtype, as flash-linear-attention's kernels do.
+all earlier tokens, and PyTorch's triangular solve has no half-precision kernel), returns the
+outputs in the input dtype and the state in float32, and takes a float32 (or input-dtype)
+``initial_state``: a state carried across steps is never rounded to half precision, as in
+flash-linear-attention's kernels (whose ``output_final_state`` is float32). Rounding it at
+every step of a decode loop would add up: 256 one-token steps of the bf16 delta rule strayed
+about five times further from float64 than the whole sequence at once.
 
 :class:`LinearMultiHeadAttention` is a causal self-attention layer built on them with the call
 of :class:`~d2lattn.MultiHeadAttention`, so it can replace the attention of chapter 12's GPT
@@ -94,7 +98,8 @@ def _widen(x: _T) -> _T:
 
     The forms below sum over every earlier token (the state) and the delta rule solves a
     triangular system (no half-precision kernel in PyTorch): for float16/bfloat16 inputs they
-    accumulate in float32 and return the input dtype, as flash-linear-attention's kernels do.
+    accumulate in float32 and return the outputs in the input dtype and the state in float32,
+    as flash-linear-attention's kernels do.
     """
     if isinstance(x, tuple):
         return tuple(_widen(t) for t in x)  # type: ignore[return-value]
@@ -209,7 +214,7 @@ def linear_attention_recurrent(queries: Tensor, keys: Tensor, values: Tensor, *,
         outs.append(out)
     out = (torch.stack(outs, dim=-2) if outs
            else values.new_zeros(values.shape))  # (..., T, d_v)
-    out, state = _narrow((out, state), dtype)
+    out = _narrow(out, dtype)  # the state stays float32 (see _widen)
     return (out, state) if return_state else out
 
 
@@ -265,7 +270,7 @@ def linear_attention_chunked(queries: Tensor, keys: Tensor, values: Tensor, chun
         S = S + k.transpose(-2, -1) @ v  # (..., d_k, d_v)
         z = z + k.sum(dim=-2)  # (..., d_k)
     out = torch.cat(outs, dim=-2) if outs else values.new_zeros(values.shape)
-    out, (S, z) = _narrow((out, (S, z)), dtype)
+    out = _narrow(out, dtype)  # the state stays float32 (see _widen)
     return (out, (S, z)) if return_state else out
 
 
@@ -338,7 +343,7 @@ def delta_rule_recurrent(queries: Tensor, keys: Tensor, values: Tensor, beta: Te
                                      alpha=None if alpha is None else alpha[..., t])
         outs.append(out)
     out = torch.stack(outs, dim=-2) if outs else values.new_zeros(values.shape)
-    out, state = _narrow((out, state), dtype)
+    out = _narrow(out, dtype)  # the state stays float32 (see _widen)
     return (out, state) if return_state else out
 
 
@@ -408,7 +413,7 @@ def delta_rule_chunked(queries: Tensor, keys: Tensor, values: Tensor, beta: Tens
         S = (last.exp()[..., None] * S
              + (k * (last - g).exp()[..., None]).transpose(-2, -1) @ U)  # (..., d_k, d_v)
     out = torch.cat(outs, dim=-2) if outs else values.new_zeros(values.shape)
-    out, S = _narrow((out, S), dtype)
+    out = _narrow(out, dtype)  # the state stays float32 (see _widen)
     return (out, S) if return_state else out
 
 

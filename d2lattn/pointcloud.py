@@ -115,7 +115,8 @@ def _sample_shape(family: str, n: int, g: torch.Generator) -> Tensor:
     else:  # pragma: no cover - guarded by make_point_clouds
         raise ValueError(family)
     pts = pts - pts.mean(dim=0)
-    return pts / pts.norm(dim=1).max()  # centred, inside the unit ball
+    # centred, inside the unit ball; one point is the centre itself (radius 0: no 0 / 0)
+    return pts / pts.norm(dim=1).max().clamp_min(torch.finfo(pts.dtype).tiny)
 
 
 def make_point_clouds(num_clouds: int, *, min_points: int = 64, max_points: int = 128,
@@ -133,7 +134,8 @@ def make_point_clouds(num_clouds: int, *, min_points: int = 64, max_points: int 
     Args:
         num_clouds: B, a positive integer.
         min_points, max_points: keyword-only; the range of points per cloud, ``1 <=
-            min_points <= max_points``.
+            min_points <= max_points`` (a cloud of one point is that point at the centre,
+            before the noise and the outliers).
         noise: keyword-only; the standard deviation of the noise, ``>= 0``.
         rotate: keyword-only; rotate every cloud at random.
         outliers: keyword-only; points of each cloud replaced by uniform clutter,
@@ -191,17 +193,24 @@ def make_point_clouds(num_clouds: int, *, min_points: int = 64, max_points: int 
 
 
 def knn_indices(points: Tensor, k: int, valid_lens: Optional[Tensor] = None) -> Tensor:
-    """The indices of each point's ``k`` nearest points (itself first), among the valid ones.
+    r"""The indices of each point's ``k`` nearest points (itself first), among the valid ones.
+
+    Exact: the squared distances are summed from the coordinate differences,
+    :math:`\sum_c (p_{ic} - p_{jc})^2`, not from :math:`|p_i|^2 + |p_j|^2 - 2 p_i \cdot p_j`
+    (``torch.cdist``'s matrix-product form above 25 points, which cancels catastrophically
+    for a cloud far from the origin: at an offset of 1,000 most neighbours come out wrong in
+    float32). Half-precision points are compared in float32. ``O(B N^2 c)`` memory.
 
     Args:
-        points: ``(B, N, c)`` float coordinates.
+        points: ``(B, N, c)`` float coordinates (float16, bfloat16, float32 or float64).
         k: the neighbourhood size, ``1 <= k <= min(valid_lens)`` (``<= N`` without them).
         valid_lens: ``None`` or ``(B,)`` integers in ``[k, N]``; points at or after
             ``valid_lens[b]`` are never anyone's neighbour (their own rows are meaningless).
 
     Returns:
         ``(B, N, k)`` int64; ``[b, i]`` lists the neighbours of point ``i`` from nearest to
-        farthest (ties broken by index, as ``torch.topk`` does on the CPU).
+        farthest: the point itself first (also when another point sits at the same place),
+        then equal distances in the order of their indices (a stable sort), on any device.
 
     Raises:
         ValueError: ``points`` not a 3-D float tensor, ``k`` out of range, ``valid_lens`` of the
@@ -211,6 +220,8 @@ def knn_indices(points: Tensor, k: int, valid_lens: Optional[Tensor] = None) -> 
         >>> p = torch.tensor([[[0.0], [1.0], [3.0]]])
         >>> knn_indices(p, 2)[0].tolist()
         [[0, 1], [1, 0], [2, 1]]
+        >>> knn_indices(torch.zeros(1, 4, 3), 4)[0, 2].tolist()  # four copies of one point
+        [2, 0, 1, 3]
 
     Source: the k-nearest-neighbour neighbourhoods of Zhao et al. (2021), section 3.2.
     """
@@ -220,17 +231,18 @@ def knn_indices(points: Tensor, k: int, valid_lens: Optional[Tensor] = None) -> 
     B, N, _ = points.shape
     if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= N:
         raise ValueError(f"k must be an integer in [1, N={N}], got {k!r}")
-    dist = torch.cdist(points, points)  # (B, N, N)
+    P = points.to(torch.promote_types(points.dtype, torch.float32))  # (B, N, c)
+    dist = (P[:, :, None, :] - P[:, None, :, :]).square().sum(dim=-1)  # (B, N, N) squared
+    # the point itself first: below every squared distance, even a duplicate's 0
+    dist = dist.masked_fill(torch.eye(N, dtype=torch.bool, device=points.device), -1.0)
     if valid_lens is not None:
         valid_lens = check_set_lens(valid_lens, B, N)
         if bool((valid_lens < k).any()):
             raise ValueError(f"every cloud needs at least k={k} points, but valid_lens has "
                              f"{int(valid_lens.min())}")
         keep = valid_lens_to_mask(valid_lens.to(points.device), N, N)  # (B, 1, N)
-        dist = dist.masked_fill(~keep, float("inf"))
-    # the point itself first: its distance is 0, but ties at 0 (duplicates) must not move it
-    dist = dist - torch.eye(N, device=points.device, dtype=dist.dtype)
-    return dist.topk(k, dim=-1, largest=False).indices  # (B, N, k)
+        dist = dist.masked_fill(~keep, float("inf"))  # padding: nobody's neighbour
+    return dist.sort(dim=-1, stable=True).indices[..., :k]  # (B, N, k)
 
 
 def _gather(X: Tensor, index: Tensor) -> Tensor:

@@ -19,10 +19,18 @@ import math
 from dataclasses import dataclass
 from typing import List, Sequence, Tuple
 
-from ._checks import check_finite_numbers, check_positive_numbers
+from ._checks import check_finite_numbers, check_positive, check_positive_numbers
 
 __all__ = ["PowerLawFit", "chinchilla_optimal", "compute_frontier", "fit_frontier",
            "training_flops"]
+
+
+def _numbers(values: object) -> object:
+    """A 1-D torch tensor or NumPy array as a list of Python numbers (for the checks below,
+    which take sequences of numbers); anything else unchanged."""
+    if hasattr(values, "tolist") and hasattr(values, "shape") and len(values.shape) == 1:
+        return values.tolist()  # type: ignore[union-attr]
+    return values
 
 
 def training_flops(parameters: float, tokens: float) -> float:
@@ -59,8 +67,9 @@ def compute_frontier(flops: Sequence[float], losses: Sequence[float]) -> List[in
     section 3.1, "approach 1").
 
     Args:
-        flops: ``(R,)`` the compute of each run (finite, positive).
-        losses: ``(R,)`` the held-out loss of each run (finite).
+        flops: ``(R,)`` the compute of each run (finite, positive): a sequence of numbers, a
+            1-D torch tensor or NumPy array.
+        losses: ``(R,)`` the held-out loss of each run (finite), the same kinds.
 
     Returns:
         The indices of the frontier's runs, from the cheapest.
@@ -72,8 +81,8 @@ def compute_frontier(flops: Sequence[float], losses: Sequence[float]) -> List[in
     >>> compute_frontier([1, 2, 3, 4], [3.0, 3.5, 2.0, 2.5])
     [0, 2]
     """
-    C = check_positive_numbers("flops", flops)
-    L = check_finite_numbers("losses", losses)
+    C = check_positive_numbers("flops", _numbers(flops))  # type: ignore[arg-type]
+    L = check_finite_numbers("losses", _numbers(losses))  # type: ignore[arg-type]
     if len(C) != len(L) or not C:
         raise ValueError(f"flops and losses must be non-empty and of the same length, got "
                          f"{len(C)} and {len(L)}")
@@ -126,31 +135,51 @@ def fit_frontier(flops: Sequence[float], losses: Sequence[float], *,
     ``A = max(losses) - E``, ``g = 0.5``).
 
     Args:
-        flops: ``(P,)`` compute, positive; at least 4 points (3 parameters are fitted).
-        losses: ``(P,)`` held-out losses.
-        scale: the compute unit inside the power (keeps the fit well conditioned).
+        flops: ``(P,)`` compute, positive, at least 4 distinct values (3 parameters are
+            fitted, and points at one compute say nothing about the slope); a sequence of
+            numbers, a 1-D torch tensor or NumPy array.
+        losses: ``(P,)`` held-out losses, the same kinds.
+        scale: the compute unit inside the power (keeps the fit well conditioned), a positive
+            finite number.
 
     Returns:
         A :class:`PowerLawFit`.
 
     Raises:
-        ValueError: fewer than 4 points, lengths that differ, or values not finite/positive.
-        RuntimeError: scipy's fit does not converge.
+        ValueError: fewer than 4 points or 4 distinct computes, lengths that differ, values
+            not finite/positive, a ``scale`` that is not a positive finite number.
+        RuntimeError: scipy's fit does not converge, or stops where it started or at values
+            that are not finite (then there is no fit to return).
 
     Source: Kaplan et al. 2020, eq. 1.4; Hoffmann et al. 2022, eq. 2 and section 3.1.
     """
     import numpy as np
     from scipy.optimize import curve_fit
 
-    C = check_positive_numbers("flops", flops)
-    L = check_finite_numbers("losses", losses)
+    C = check_positive_numbers("flops", _numbers(flops))  # type: ignore[arg-type]
+    L = check_finite_numbers("losses", _numbers(losses))  # type: ignore[arg-type]
+    check_positive("scale", scale)
     if len(C) != len(L) or len(C) < 4:
         raise ValueError(f"flops and losses need the same length, at least 4, got {len(C)} "
                          f"and {len(L)}")
+    if len(set(C)) < 4:
+        raise ValueError(f"flops must hold at least 4 distinct computes to fit 3 parameters, "
+                         f"got {len(set(C))}: {sorted(set(C))}")
     x = np.asarray(C) / scale
     E0 = min(L) - 0.1
-    (E, A, g), _ = curve_fit(lambda c, E, A, g: E + A * c ** -g, x, np.asarray(L),
-                             p0=[E0, max(L) - E0, 0.5], maxfev=20000)
+    p0 = [E0, max(L) - E0, 0.5]
+
+    def law(c, E, A, g):  # noqa: ANN001, ANN202 - scipy's signature
+        return E + A * c ** -g
+
+    with np.errstate(all="ignore"):
+        (E, A, g), _ = curve_fit(law, x, np.asarray(L), p0=p0, maxfev=20000)
+        residual = law(x, E, A, g) - np.asarray(L)
+    if not (np.isfinite([E, A, g]).all() and np.isfinite(residual).all()):
+        raise RuntimeError(f"the power-law fit did not converge (E = {E}, A = {A}, g = {g})")
+    if [E, A, g] == p0 and np.abs(residual).max() > 1e-12 * max(abs(v) for v in L):
+        raise RuntimeError("the power-law fit did not move from its starting guess: there is "
+                           "no fit to return")
     return PowerLawFit(float(E), float(A), float(g), scale)
 
 

@@ -26,7 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._checks import ValidLens, check_choice, check_hidden_states, check_positive_ints
+from ._checks import (ValidLens, check_choice, check_hidden_states, check_positive_ints,
+                      check_set_lens)
 from .multihead import MultiHeadAttention
 from .training import Callback, fit
 
@@ -235,10 +236,13 @@ class SetRegressor(nn.Module):
         num_hiddens, num_heads, num_layers, num_inducing: keyword-only sizes.
 
     Shapes (``forward``):
-        X ``(B, n, in_features)``, ``valid_lens`` ``None`` or ``(B,)``. Returns ``(B,)``.
+        X ``(B, n, in_features)``, ``valid_lens`` ``None`` or an integer tensor ``(B,)`` in
+        ``[1, n]`` (no empty set). Returns ``(B,)``.
 
     Raises:
-        ValueError: an unknown ``kind`` or sizes that are not positive integers.
+        ValueError: an unknown ``kind`` or sizes that are not positive integers; in
+            ``forward``, ``X`` not a float ``(B, n, in_features)`` tensor, ``valid_lens``
+            not an integer tensor ``(B,)`` in ``[1, n]`` (one check for the three kinds).
 
     Example:
         >>> P, lens, _ = make_diameter_sets(4)
@@ -276,6 +280,8 @@ class SetRegressor(nn.Module):
         if not isinstance(X, Tensor) or X.dim() != 3 or not X.is_floating_point():
             raise ValueError(f"X must be a float tensor of shape (B, n, in_features), got "
                              f"{getattr(X, 'shape', type(X).__name__)}")
+        if valid_lens is not None:  # the same rule for every kind
+            valid_lens = check_set_lens(valid_lens, X.shape[0], X.shape[1])
         H = self.embed(X)  # (B, n, d)
         if self.kind == "deepsets":
             H = self.phi(H)  # (B, n, d): each element alone

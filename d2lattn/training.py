@@ -23,8 +23,9 @@ optimizer and learning-rate schedule, and agree on everything else:
   callback may switch the model to eval mode (to evaluate it): the next step switches it back.
 - **The result.** The training loss of every step, a list of Python floats, each measured on
   that step's batch before its update. A loss that is not finite ends training: the list
-  ends with it and the weights are left as they were before that step. The model is left in
-  eval mode.
+  ends with it and the weights are left as they were before that step; a finite loss with
+  gradients that are not finite raises ``FloatingPointError`` before the step. The model is
+  left in eval mode, also when training ends with an error.
 
 :func:`fit` is that loop; each ``train_*`` function builds its optimizer and its batches and
 hands them to it. A script with a model of its own can use :func:`fit` the same way.
@@ -76,11 +77,16 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batch_loss: Callable
 
     Returns:
         the loss of every step taken, Python floats; it ends early with a non-finite loss
-        (no update is made with it). The model is left in eval mode.
+        (no update is made with it). The model is left in eval mode, also when an error
+        ends training.
 
     Raises:
         ValueError: ``steps`` or ``stop_after`` not a positive ``int``, ``clip`` not ``None``
             or positive.
+        RuntimeError: ``batch_loss`` raised ``StopIteration`` (its batches ran out before
+            the last step); the steps taken so far stand.
+        FloatingPointError: a finite loss whose gradients are not finite (NaN or inf); raised
+            before the optimizer step, so the weights stay as they were.
 
     Example:
         >>> _ = torch.manual_seed(0)
@@ -100,23 +106,44 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batch_loss: Callable
         check_positive_ints(stop_after=stop_after)
     check_positive_or_none("clip", clip)
     losses: List[float] = []
-    for i in range(steps if stop_after is None else min(steps, stop_after)):
-        model.train()
-        if lr_at is not None:
-            for group in optimizer.param_groups:
-                group["lr"] = lr_at(i)
-        loss = batch_loss()
-        losses.append(loss.item())
-        if not math.isfinite(losses[-1]):
-            break
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if clip is not None:
-            nn.utils.clip_grad_norm_(model.parameters(), clip)
-        optimizer.step()
-        if scheduler is not None:
-            scheduler.step()
-        if callback is not None:
-            callback(i + 1, model, losses[-1])
-    model.eval()
+    try:
+        for i in range(steps if stop_after is None else min(steps, stop_after)):
+            model.train()
+            if lr_at is not None:
+                for group in optimizer.param_groups:
+                    group["lr"] = lr_at(i)
+            try:
+                loss = batch_loss()
+            except StopIteration as err:  # inside map() or a generator it would end them
+                raise RuntimeError(f"batch_loss ran out of batches at step {i + 1} of "
+                                   f"{steps}: its data source is exhausted (give it at "
+                                   f"least as many batches as steps)") from err
+            losses.append(loss.item())
+            if not math.isfinite(losses[-1]):
+                break
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            _check_gradients(model, i + 1)
+            if clip is not None:
+                nn.utils.clip_grad_norm_(model.parameters(), clip)
+            optimizer.step()
+            if scheduler is not None:
+                scheduler.step()
+            if callback is not None:
+                callback(i + 1, model, losses[-1])
+    finally:  # also after an error: the model is not left training
+        model.eval()
     return losses
+
+
+def _check_gradients(model: nn.Module, step: int) -> None:
+    """Raise before the step if a gradient is not finite: one host read per step (the loss
+    is already read), so the weights are never updated with NaN."""
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    if grads and not bool(torch.stack([g.detach().float().isfinite().all()
+                                       for g in grads]).all()):
+        bad = [n for n, p in model.named_parameters()
+               if p.grad is not None and not bool(p.grad.isfinite().all())]
+        raise FloatingPointError(f"step {step}: the loss is finite but the gradients of "
+                                 f"{bad[:3]}{' ...' if len(bad) > 3 else ''} are not (NaN "
+                                 f"or inf); no update was made")

@@ -96,13 +96,6 @@ def make_config(size: str, vocab_size: int, dropout: float = 0.0) -> GPTConfig:
                      dropout=dropout)
 
 
-def non_embedding_parameters(model: GPT) -> int:
-    """N of 6ND: every parameter but the token embedding (tied to the read-out) and positions."""
-    skip = {id(model.embedding.weight)}
-    skip |= {id(p) for n, p in model.named_parameters() if "position" in n}
-    return sum(p.numel() for p in model.parameters() if id(p) not in skip)
-
-
 def load_table() -> dict:
     if TABLE.exists():
         return json.loads(TABLE.read_text())
@@ -148,7 +141,7 @@ def train_one(phase: str, size: str, lr: float, steps: int, seed: int, device: s
     torch.manual_seed(seed)
     dropout = DROPOUT if phase == "dropout" else 0.0
     model = GPT(make_config(size, len(tok), dropout)).to(device)
-    N = non_embedding_parameters(model)
+    N = model.num_parameters(non_embedding=True)  # N of 6ND
     every = max(1, steps // EVALS_PER_RUN)
     curve = []
 

@@ -83,7 +83,7 @@ def test_generate_leaves_training_mode():
 
 @pytest.mark.parametrize("kw, match", [
     (dict(max_new_tokens=-1), "max_new_tokens"),
-    (dict(temperature=0.0), "temperature"),
+    (dict(temperature=-0.5), "temperature"),
     (dict(temperature=float("nan")), "temperature"),
     (dict(top_k=0), "top_k"),
     (dict(top_k=12), "top_k"),
