@@ -239,13 +239,22 @@ def top_p_filter(logits: Tensor, p: float) -> Tensor:
     return logits.masked_fill(~keep, float("-inf"))
 
 
+def _is_zero_temperature(temperature: object) -> bool:
+    """``temperature == 0`` for an int or float (not a bool): greedy decoding."""
+    return (not isinstance(temperature, bool) and isinstance(temperature, (int, float))
+            and temperature == 0)
+
+
 def next_token_probs(logits: Tensor, *, temperature: float = 1.0, top_k: Optional[int] = None,
                      top_p: Optional[float] = None) -> Tensor:
     """The sampling distribution: logits divided by the temperature, then top-k, then top-p.
 
     Args:
         logits: ``(..., V)`` float, unnormalized scores of the next token.
-        temperature: keyword-only; a positive number (``< 1`` sharpens, ``> 1`` flattens).
+        temperature: keyword-only; a finite number ``>= 0`` (``< 1`` sharpens, ``> 1``
+            flattens). ``0`` is the limit of a vanishing temperature, greedy decoding: all the
+            mass on the most likely token (ties: the lowest index, as ``argmax``), which every
+            top-k and top-p filter keeps.
         top_k: keyword-only; ``None`` or an integer in ``[1, V]``.
         top_p: keyword-only; ``None`` or a number in ``(0, 1]``.
 
@@ -253,14 +262,23 @@ def next_token_probs(logits: Tensor, *, temperature: float = 1.0, top_k: Optiona
         ``(..., V)`` float probabilities that sum to one, zero outside the kept tokens.
 
     Raises:
-        ValueError: a temperature that is not a positive finite number, a bad ``top_k`` or
-            ``top_p``.
+        ValueError: a temperature that is negative or not finite, a bad ``top_k`` or ``top_p``
+            (``top_p = 0`` too: it would keep no token).
 
     Example:
         >>> next_token_probs(torch.tensor([2.0, 1.0, 0.0]), temperature=0.5, top_k=2)
         tensor([0.8808, 0.1192, 0.0000])
+        >>> next_token_probs(torch.tensor([2.0, 1.0, 2.0]), temperature=0)
+        tensor([1., 0., 0.])
     """
     check_logits(logits)
+    if _is_zero_temperature(temperature):
+        if top_k is not None:
+            check_top_k(top_k, logits.shape[-1])
+        if top_p is not None:
+            check_top_p(top_p)
+        best = logits.argmax(dim=-1, keepdim=True)  # (..., 1)
+        return torch.zeros_like(logits).scatter_(-1, best, 1.0)
     check_temperature(temperature)
     logits = logits / temperature
     if top_k is not None:
@@ -408,6 +426,7 @@ class GPT(nn.Module):
             greedy: keyword-only; the argmax instead of a sample (then ``temperature``,
                 ``top_k`` and ``top_p`` must keep their defaults).
             temperature, top_k, top_p: keyword-only; see :func:`next_token_probs`.
+                ``temperature=0`` decodes greedily, as ``greedy=True`` does.
             use_cache: keyword-only; ``True`` keeps every layer's keys and values in a
                 :class:`~d2lattn.KVCache` and feeds one new token per step (needs
                 ``T0 + max_new_tokens <= block_size``); ``False`` recomputes the whole
@@ -432,7 +451,8 @@ class GPT(nn.Module):
             raise ValueError("prompt must be an integer tensor of shape (B, T0) with T0 >= 1")
         check_non_negative_ints(max_new_tokens=max_new_tokens)
         check_bool(greedy=greedy)
-        check_temperature(temperature)
+        if not _is_zero_temperature(temperature):
+            check_temperature(temperature)
         if greedy and (temperature != 1.0 or top_k is not None or top_p is not None):
             raise ValueError("greedy=True takes the argmax: leave temperature, top_k and top_p "
                              "at their defaults")
@@ -456,7 +476,7 @@ class GPT(nn.Module):
                     logits = self(feed, kv_caches=caches)[:, -1]  # (B, V)
                 else:
                     logits = self(tokens[:, -c.block_size:])[:, -1]  # (B, V)
-                if greedy:
+                if greedy or _is_zero_temperature(temperature):
                     nxt = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
                 else:
                     probs = next_token_probs(logits, temperature=temperature, top_k=top_k,

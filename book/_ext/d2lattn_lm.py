@@ -9,22 +9,25 @@ forward pass is the script's own (no library, no server, no network), and the pa
 
 The weights are exported here, **at build time, from whatever checkpoint the book ships**
 (``book/data/ch12_gpt_<corpus>.pt``, float16), never committed as a copy: when a page uses the
-directive, the build writes into ``_static/d2lattn-lm/``
+directive, the build writes ``_static/d2lattn-lm/<corpus>.js``, one script that calls
+``d2lattnLM._register(corpus, manifest, weights)`` with
 
-- ``<corpus>.json``: the model's configuration, the numbers of the forward pass that are not in
-  the configuration (LayerNorm epsilon, rotary base, activation), the tokenizer's vocabulary
+- the manifest: the model's configuration, the numbers of the forward pass that are not in the
+  configuration (LayerNorm epsilon, rotary base, activation), the tokenizer's vocabulary
   (``CharTokenizer(load_split(corpus).text).itos``, as chapter 12 builds it), and the name,
   shape and offset of every tensor in
-- ``<corpus>.<sha256[:12]>.bin``: the checkpoint's float16 tensors, little-endian, one after the
-  other (the tied read-out is the embedding, stored once). The content hash in the name means a
-  browser never mixes a new manifest with old weights.
+- the weights: the checkpoint's float16 tensors, little-endian, one after the other (the tied
+  read-out is the embedding, stored once), as base64 text.
 
-The script fetches these only when the reader asks (a button, or a call of the API), never when
-the page loads.
+A script, not a fetched file: a page opened from disk (``file://``) may load a script but may not
+fetch a file, and the README tells readers to open ``_build/html/index.html``. Manifest and
+weights in one file can never be mixed across builds. The page loads a model's script only when
+the reader asks (a button, or a call of the API), never when the page loads.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from pathlib import Path
@@ -39,7 +42,10 @@ STYLE = "d2lattn-lm.css"
 EXPORT_DIR = "d2lattn-lm"
 CORPORA = ("shakespeare", "tang")
 DATA_DIR = Path(__file__).resolve().parents[1] / "data"
-FORMAT = 1
+FORMAT = 2
+#: An exported model is this call: d2lattnLM._register(corpus, manifest, base64 weights).
+SCRIPT_PREFIX = "window.d2lattnLM._register("
+SCRIPT_SUFFIX = ");\n"
 _NOSCRIPT = {
     "en": "This part of the page runs chapter 12's GPT in your browser; it needs JavaScript.",
     "zh": "页面的这一部分在浏览器中运行第 12 章的 GPT，需要 JavaScript。",
@@ -51,7 +57,7 @@ _NOSCRIPT = {
 
 
 def export_model(corpus: str, out_dir: Path, data_dir: Path = DATA_DIR) -> Dict[str, object]:
-    """Write ``<corpus>.json`` and ``<corpus>.<hash>.bin`` for ``data_dir/ch12_gpt_<corpus>.pt``.
+    """Write ``<corpus>.js`` (manifest and float16 weights) for ``data_dir/ch12_gpt_<corpus>.pt``.
 
     The checkpoint is loaded into :class:`d2lattn.gpt.GPT` first, so a state dict that does not
     fit its configuration fails here, at build time, and the LayerNorm epsilons are read from the
@@ -59,7 +65,8 @@ def export_model(corpus: str, out_dir: Path, data_dir: Path = DATA_DIR) -> Dict[
     rotary or learned positions, GELU (exact, erf-based) feed-forward networks.
 
     Returns:
-        the manifest written (a dict), with ``"bin_bytes"`` and ``"json_bytes"`` added.
+        the manifest written (a dict), with ``"bin_bytes"`` (the weights) and ``"js_bytes"``
+        (the script) added.
 
     Raises:
         ValueError: an unknown corpus, a checkpoint the script cannot run, or a vocabulary whose
@@ -101,13 +108,11 @@ def export_model(corpus: str, out_dir: Path, data_dir: Path = DATA_DIR) -> Dict[
         chunks.append(data.tobytes())
         offset += data.size
     blob = b"".join(chunks)
-    digest = hashlib.sha256(blob).hexdigest()[:12]
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    for old in out_dir.glob(f"{corpus}.*.bin"):
-        old.unlink()
-    bin_name = f"{corpus}.{digest}.bin"
-    (out_dir / bin_name).write_bytes(blob)
+    for old in [*out_dir.glob(f"{corpus}.*.bin"), out_dir / f"{corpus}.json"]:
+        if old.exists():  # the files of the format before the scripts
+            old.unlink()
     c = config
     manifest: Dict[str, object] = {
         "format": FORMAT,
@@ -119,16 +124,26 @@ def export_model(corpus: str, out_dir: Path, data_dir: Path = DATA_DIR) -> Dict[
         "layer_norm_eps": [block.norm1.eps, block.norm2.eps, model.norm.eps],
         "rotary_base": 10000.0,  # d2lattn.positional.rotary_embedding's default, as used
         "activation": "gelu_erf",
-        "weights": bin_name,
         "weights_bytes": len(blob),
         "sha256": hashlib.sha256(blob).hexdigest(),
         "tensors": tensors,
         "vocab": itos,
     }
-    text = json.dumps(manifest, ensure_ascii=False, separators=(",", ":"))
-    (out_dir / f"{corpus}.json").write_text(text, encoding="utf-8")
+    text = (SCRIPT_PREFIX + json.dumps(corpus) + ","
+            + json.dumps(manifest, ensure_ascii=False, separators=(",", ":")) + ","
+            + json.dumps(base64.b64encode(blob).decode("ascii")) + SCRIPT_SUFFIX)
+    (out_dir / f"{corpus}.js").write_text(text, encoding="utf-8")
     assert np.frombuffer(blob, dtype="<f2").size == offset
-    return {**manifest, "bin_bytes": len(blob), "json_bytes": len(text.encode("utf-8"))}
+    return {**manifest, "bin_bytes": len(blob), "js_bytes": len(text.encode("utf-8"))}
+
+
+def read_export(path: Path) -> tuple:
+    """The ``(corpus, manifest, weights bytes)`` that an exported ``<corpus>.js`` registers."""
+    text = Path(path).read_text(encoding="utf-8")
+    if not (text.startswith(SCRIPT_PREFIX) and text.endswith(SCRIPT_SUFFIX)):
+        raise ValueError(f"{path}: not a script written by export_model")
+    corpus, manifest, weights = json.loads("[" + text[len(SCRIPT_PREFIX):-len(SCRIPT_SUFFIX)] + "]")
+    return corpus, manifest, base64.b64decode(weights)
 
 
 def export_all(out_dir: Path, corpora: Iterable[str] = CORPORA,
@@ -200,7 +215,7 @@ def _export(app, exception) -> None:
     out = Path(app.outdir) / "_static" / EXPORT_DIR
     for corpus, info in export_all(out).items():
         print(f"d2lattn_lm: {corpus}: {info['bin_bytes'] / 1e6:.2f} MB of float16 weights, "
-              f"{info['json_bytes'] / 1e3:.0f} kB manifest")
+              f"a {info['js_bytes'] / 1e6:.2f} MB script")
 
 
 def setup(app):
