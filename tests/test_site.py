@@ -1179,6 +1179,14 @@ def test_the_notebooks_archive_holds_what_the_chapters_read(site):
                        "book/figures/masking.svg", "locale/zh_CN/LC_MESSAGES/interactive.po",
                        "book/assets/static/d2lattn-viz.js", "book/assets/static/d2lattn.css"):
             assert needed in names, needed
+    # what the README says of it: its size, to the megabyte it states, and the chapters in it
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    stated = re.search(r"`how-attention-works-notebooks\.zip`, about\s+(\d+)\s+MB", readme)
+    assert stated and abs(int(stated.group(1)) - path.stat().st_size / 1e6) <= 1, \
+        (stated and stated.group(1), path.stat().st_size / 1e6)
+    last = max(_toc_chapters(), key=lambda f: int(re.search(r"ch(\d+)_", f).group(1)))
+    last = last.replace(".html", ".ipynb")
+    assert f"… `{last}`" in readme, f"the README's chapter list should end at {last}"
     for rel in _article_pages(site):
         if rel.rsplit("/", 1)[-1].startswith("ch"):
             link = re.search(r'<a class="d2lattn-archive-link" href="([^"]+)"',
