@@ -382,6 +382,37 @@ _READY = r"""async (docs) => {
     if (figs.every(f => f.dataset.ready === '1')) break;
     await new Promise(r => setTimeout(r, 50));
   }
+  // One page holds every chapter, and Sphinx names a section by its title: "summary",
+  // "exercises", "what-we-learned" repeat in every chapter, and a link or a bookmark to a
+  // repeated id lands in the first chapter that has it. Every id that repeats is renamed
+  // "<id>--<document>", and every link to it points into the link's own document (or the one
+  // its address names).
+  const docOf = new Map(), seen = new Map();
+  let currentDoc = '';
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_ELEMENT);
+  for (let n = walker.currentNode; n; n = walker.nextNode()) {
+    if (n.id && n.id.startsWith('document-')) currentDoc = n.id.slice('document-'.length);
+    docOf.set(n, currentDoc);
+    if (n.id) seen.set(n.id, (seen.get(n.id) || 0) + 1);
+  }
+  const slug = d => d.replace(/[^A-Za-z0-9_-]+/g, '-');
+  const repeated = new Set([...seen].filter(([id, k]) => k > 1 && !id.startsWith('document-')).map(([id]) => id));
+  const renamed = new Map();  // "<document>\n<id>" -> new id
+  for (const [n, doc] of docOf) {
+    if (n.id && repeated.has(n.id)) {
+      const id = n.id + '--' + slug(doc || 'root');
+      if (!renamed.has(doc + '\n' + n.id)) renamed.set(doc + '\n' + n.id, id);
+      n.id = id;
+    }
+  }
+  for (const a of document.querySelectorAll('a[href*="#"]')) {
+    const url = new URL(a.getAttribute('href'), location.href);
+    const id = decodeURIComponent(url.hash.slice(1));
+    if (!repeated.has(id)) continue;
+    const named = [...new Set([...docOf.values()])].find(d => d && url.pathname.endsWith('/' + d + '.html'));
+    const target = renamed.get((named || docOf.get(a)) + '\n' + id);
+    if (target) a.setAttribute('href', '#' + target);
+  }
   document.querySelectorAll('details').forEach(d => { d.open = true; });
   document.querySelectorAll('.toggle-hidden').forEach(e => e.classList.remove('toggle-hidden'));
   document.querySelectorAll('.dropdown.admonition').forEach(e => e.classList.remove('toggle-hidden'));
