@@ -1748,6 +1748,14 @@ def test_the_pdf_bookmarks_land_in_their_own_chapter(site, prefix):
                 untitled.append((title, sub, at))
     assert count >= 100, count
     assert wrong == [], wrong[:10]
+    # the live element of chapter 12 (its GPT) is said in print: what it is and where to run it
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("d2lattn_lm", ROOT / "book" / "_ext" / "d2lattn_lm.py")
+    lm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lm)
+    alternative = squash(lm.PRINT_ALTERNATIVE["zh" if prefix else "en"])[:40]
+    assert any(alternative in text(i) for i in range(len(reader.pages))), alternative
     assert len(untitled) <= count // 20, untitled[:10]  # text extraction may split a few titles
 
 

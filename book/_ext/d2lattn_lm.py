@@ -46,6 +46,17 @@ FORMAT = 2
 #: An exported model is this call: d2lattnLM._register(corpus, manifest, base64 weights).
 SCRIPT_PREFIX = "window.d2lattnLM._register("
 SCRIPT_SUFFIX = ");\n"
+#: What the printed book (the PDF) shows in the widget's place: what it is and where to run it.
+PRINT_ALTERNATIVE = {
+    "en": "In the printed book, a live element stands here: chapter 12's GPT, running in the web "
+          "page of this chapter. Type a prompt, set the temperature, top-k and top-p, and watch "
+          "it write, with the next-character probabilities and one head's attention. Open this "
+          "chapter on the book's website (book/ch12_gpt.html), or run GPT.generate in the "
+          "chapter's notebook.",
+    "zh": "印刷版此处是一个交互元素：在本章网页中运行的第 12 章 GPT。输入提示，设置温度、top-k 和 "
+          "top-p，看它写作，并看下一个字符的概率和一个头的注意力。请在本书网站上打开本章"
+          "（book/ch12_gpt.html），或在本章的笔记本中运行 GPT.generate。",
+}
 _NOSCRIPT = {
     "en": "This part of the page runs chapter 12's GPT in your browser; it needs JavaScript.",
     "zh": "页面的这一部分在浏览器中运行第 12 章的 GPT，需要 JavaScript。",
@@ -165,7 +176,8 @@ def _visit_html(self, node: LMNode) -> None:
     corpus = node["corpus"]
     self.body.append(
         f'<div class="d2lattn-lm" data-corpus="{corpus}">'
-        f'<noscript><p>{_NOSCRIPT[lang]}</p></noscript></div>\n')
+        f'<noscript><p>{_NOSCRIPT[lang]}</p></noscript></div>\n'
+        f'<p class="d2lattn-print-alternative">{PRINT_ALTERNATIVE[lang]}</p>\n')
     raise nodes.SkipNode
 
 
