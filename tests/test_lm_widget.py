@@ -142,6 +142,39 @@ def test_chinese_strings_have_glyphs_in_the_shipped_font():
     assert sorted(c for c in chars if ord(c) not in cmap) == []
 
 
+def test_the_tang_vocabulary_has_glyphs_in_a_shipped_font():
+    """Every CJK character the Tang model can write is in the Tang cut (87% are in no page's
+    text, so the site's own cut lacks them), and every font stack of the widget names that cut
+    last, after the page's monospace stack (no bare `monospace`, which drew Chinese with
+    whatever the reader's system had)."""
+    from book_helpers import book_tool
+    from fontTools.ttLib import TTFont
+
+    tool = book_tool()
+    _, tok = _torch_model("tang")
+    cjk = {c for c in tok.itos if tool.CJK.fullmatch(c)}
+    assert len(cjk) > 6000
+    cmap = TTFont(str(tool.FONT_TANG_FILE)).getBestCmap()
+    assert sorted(c for c in cjk if ord(c) not in cmap) == []
+    css = (STATIC / "d2lattn-lm.css").read_text(encoding="utf-8")
+    assert f'url("fonts/{tool.FONT_TANG_FILE.name}")' in css
+    stacks = re.findall(r"font-family:\s*([^;]+);", css)
+    assert stacks and all(f in ('"D2lattn CJK Tang"', "var(--d2lattn-lm-mono)") for f in stacks), stacks
+    assert '--d2lattn-lm-mono: var(--pst-font-family-monospace), "D2lattn CJK Tang"' in css
+
+
+def test_simplified_characters_map_to_the_tang_vocabulary():
+    """OpenCC's table maps a simplified character the Tang model lacks to its traditional form
+    in the vocabulary, and nothing else."""
+    _, tok = _torch_model("tang")
+    table = _extension().from_simplified(tok.itos)
+    known = set(tok.itos)
+    assert table["觉"] == "覺" and table["处"] == "處" and table["闻"] == "聞"
+    assert all(s not in known and t in known for s, t in table.items())
+    assert len(table) > 1000
+    assert _extension().from_simplified(_torch_model("shakespeare")[1].itos) == {}
+
+
 # --- in the browser ---------------------------------------------------------------------------
 
 def _serve(directory: Path):
@@ -386,6 +419,26 @@ def _check_widget(page, corpus_prompt: str, lang: str) -> dict:
     return got
 
 
+def test_simplified_input_is_read_as_traditional_and_said(exported, chromium):
+    with _served_page(exported.site, chromium.context) as served:
+        page = served.page
+        page.goto(served.base + "zh.html", wait_until="load")
+        _wait_until_ready(page)
+        got = page.evaluate(NEXT_LOGITS, ["tang", ["春眠不觉晓"]])[0]
+        want = _torch_logits("tang", "春眠不覺曉")
+        assert float((torch.tensor(got, dtype=torch.float64) - want.double()).abs().max()) <= TOLERANCE
+        root = page.locator(".d2lattn-lm").first
+        root.locator("select.d2lattn-lm-corpus").select_option("tang")
+        out = _type_and_generate(page, "春眠不觉晓，处处", 10)
+        assert len(out["text"]) == 10
+        note = root.locator(".d2lattn-lm-note").text_content()
+        assert "觉→覺" in note and "处→處" in note, note
+        root.locator("textarea").fill("ROMEO")  # not Chinese at all: refused, with the hint
+        page.wait_for_function(
+            "document.querySelector('.d2lattn-lm-status').textContent.includes('繁体')")
+        _assert_local_and_clean(served.recorder)
+
+
 def test_stub_page_generates_in_both_languages(exported, chromium):
     with _served_page(exported.site, chromium.context) as served:
         for name, lang in (("index.html", "en"), ("zh.html", "zh")):
@@ -414,6 +467,10 @@ def test_chapter12_writes_in_the_page(chromium, prefix, lang):
         page.goto(served.base + prefix + CHAPTER, wait_until="load")
         _wait_until_ready(page)
         _assert_nothing_fetched_yet(recorder)
+        # a Chinese reader starts with the Tang poems, an English one with Shakespeare
+        first = page.locator("select.d2lattn-lm-corpus").first.input_value()
+        assert first == ("tang" if lang == "zh" else "shakespeare")
+        page.locator("select.d2lattn-lm-corpus").first.select_option("shakespeare")
         _check_widget(page, "ROMEO:\n", lang)
         worst = {c: _largest_difference(page, c, _prompts(c)[:2]) for c in ("shakespeare", "tang")}
         assert max(worst.values()) <= TOLERANCE, worst

@@ -41,6 +41,8 @@ STYLE = "d2lattn-lm.css"
 #: Where the exported files go, under the site's ``_static``.
 EXPORT_DIR = "d2lattn-lm"
 CORPORA = ("shakespeare", "tang")
+#: The model a page shows first when the directive names none, by the page's language.
+DEFAULT_CORPUS = {"en": "shakespeare", "zh": "tang"}
 DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 FORMAT = 2
 #: An exported model is this call: d2lattnLM._register(corpus, manifest, base64 weights).
@@ -139,6 +141,7 @@ def export_model(corpus: str, out_dir: Path, data_dir: Path = DATA_DIR) -> Dict[
         "sha256": hashlib.sha256(blob).hexdigest(),
         "tensors": tensors,
         "vocab": itos,
+        "from_simplified": from_simplified(itos),
     }
     text = (SCRIPT_PREFIX + json.dumps(corpus) + ","
             + json.dumps(manifest, ensure_ascii=False, separators=(",", ":")) + ","
@@ -157,6 +160,34 @@ def read_export(path: Path) -> tuple:
     return corpus, manifest, base64.b64decode(weights)
 
 
+def from_simplified(vocab: List[str]) -> Dict[str, str]:
+    """Simplified Chinese characters outside ``vocab`` mapped to their traditional form in it.
+
+    The Tang poems are written in traditional characters; a reader typing simplified ones (觉,
+    处) would be refused. OpenCC's simplified-to-traditional table (``s2t``, the data of a
+    well-kept converter) gives each CJK character of the basic block its traditional form; a
+    character is mapped when it is not in the vocabulary itself, its form is one character, and
+    that character is. Empty for a vocabulary without CJK characters, or without OpenCC.
+    """
+    known = set(vocab)
+    if not any("\u4e00" <= c <= "\u9fff" for c in known):
+        return {}
+    try:
+        import opencc
+    except ImportError:  # the build still works; the page then refuses simplified input
+        return {}
+    convert = opencc.OpenCC("s2t").convert
+    table = {}
+    for code in range(0x4E00, 0xA000):
+        c = chr(code)
+        if c in known:
+            continue
+        t = convert(c)
+        if len(t) == 1 and t != c and t in known:
+            table[c] = t
+    return table
+
+
 def export_all(out_dir: Path, corpora: Iterable[str] = CORPORA,
                data_dir: Path = DATA_DIR) -> Dict[str, Dict[str, object]]:
     """:func:`export_model` for each corpus."""
@@ -173,7 +204,7 @@ class LMNode(nodes.General, nodes.Element):
 
 def _visit_html(self, node: LMNode) -> None:
     lang = "zh" if (self.builder.config.language or "en").lower().startswith("zh") else "en"
-    corpus = node["corpus"]
+    corpus = node["corpus"] or DEFAULT_CORPUS[lang]  # a Chinese reader starts with Tang poems
     self.body.append(
         f'<div class="d2lattn-lm" data-corpus="{corpus}">'
         f'<noscript><p>{_NOSCRIPT[lang]}</p></noscript></div>\n'
@@ -186,7 +217,8 @@ def _skip(self, node: LMNode) -> None:
 
 
 class LMDirective(Directive):
-    """``{d2lattn-lm}`` with an optional ``:corpus:`` (the model shown first)."""
+    """``{d2lattn-lm}`` with an optional ``:corpus:`` (the model shown first; by default
+    Shakespeare on an English page, the Tang poems on a Chinese one)."""
 
     has_content = False
     option_spec = {"corpus": lambda arg: directives.choice(arg, CORPORA)}
@@ -197,7 +229,7 @@ class LMDirective(Directive):
             env.d2lattn_lm_docs = set()
         env.d2lattn_lm_docs.add(env.docname)
         node = LMNode()
-        node["corpus"] = self.options.get("corpus", CORPORA[0])
+        node["corpus"] = self.options.get("corpus")  # None: the page's language chooses
         return [node]
 
 

@@ -65,6 +65,9 @@
       badTemperature: "Temperature: a number from 0 (always the most likely character) up.",
       badTopk: "Top-k: a whole number, 0 to switch the filter off.",
       badTopp: "Top-p: a number above 0 and at most 1 (1 switches the filter off).",
+      traditional: "The Tang model knows traditional characters; simplified ones it knows in " +
+                   "their traditional form are converted.",
+      mapped: "Simplified characters read in their traditional form: {list}.",
       rolling: "The context is full ({n} characters): from now on the model keeps its cache and " +
                "drops the oldest position, so each new character reads the last {n} positions, " +
                "whose keys were computed while older text was still in view (a rolling cache, " +
@@ -92,6 +95,8 @@
       badTemperature: "温度：从 0（总是取最可能的字符）起的数。",
       badTopk: "top-k：整数，0 表示不用这个过滤。",
       badTopp: "top-p：大于 0、不大于 1 的数（1 表示不用这个过滤）。",
+      traditional: "唐诗模型认识的是繁体字；它认识其繁体形式的简体字会被自动转换。",
+      mapped: "以下简体字按繁体字读入：{list}。",
       rolling: "上下文已满（{n} 个字符）：此后模型保留它的缓存，丢掉最早的位置，所以每个新字符读的是" +
                "最近的 {n} 个位置，而这些位置的键是在更早的文本仍在视野内时算出的（滚动缓存，见第 15 章），" +
                "并不等于对最后 {n} 个字符重新运行一遍。",
@@ -151,6 +156,7 @@
     this.manifest = manifest;
     this.config = c;
     this.vocab = manifest.vocab;
+    this.fromSimplified = manifest.from_simplified || {};
     this.stoi = new Map();
     for (var i = 0; i < this.vocab.length; i++) this.stoi.set(this.vocab[i], i);
     this.d = c.num_hiddens; this.h = c.num_heads; this.dh = c.num_hiddens / c.num_heads;
@@ -176,13 +182,20 @@
       }
     }
   }
+  // Characters to ids. A simplified Chinese character that the model knows only in its
+  // traditional form (the Tang poems) is read as that form (manifest.from_simplified, OpenCC's
+  // table): `mapped` lists the pairs.
   Model.prototype.encode = function (text) {
-    var chars = Array.from(text), ids = [], bad = [];
+    var chars = Array.from(text), ids = [], bad = [], mapped = [], simple = this.fromSimplified;
     for (var i = 0; i < chars.length; i++) {
       var id = this.stoi.get(chars[i]);
+      if (id === undefined && simple[chars[i]] !== undefined) {
+        id = this.stoi.get(simple[chars[i]]);
+        if (mapped.indexOf(chars[i] + simple[chars[i]]) < 0) mapped.push(chars[i] + simple[chars[i]]);
+      }
       if (id === undefined) { if (bad.indexOf(chars[i]) < 0) bad.push(chars[i]); } else ids.push(id);
     }
-    return { ids: ids, bad: bad };
+    return { ids: ids, bad: bad, mapped: mapped };
   };
   // The KV cache: block_size slots per layer, position p in slot p mod block_size. Once p
   // reaches block_size the oldest position is overwritten: a rolling cache (chapter 15).
@@ -584,7 +597,13 @@
     // Run the model over the text (its last block_size characters), keep the result in `last`.
     function analyse(model, text) {
       var enc = model.encode(text);
-      if (enc.bad.length) { status.textContent = t("unknown", { c: enc.bad.join(" ") }); return null; }
+      if (enc.bad.length) {
+        status.textContent = t("unknown", { c: enc.bad.join(" ") }) +
+          (Object.keys(model.fromSimplified).length ? " " + t("traditional") : "");
+        return null;
+      }
+      note.textContent = enc.mapped.length ? t("mapped", { list: enc.mapped.map(function (m) {
+        var c = Array.from(m); return c[0] + "\u2192" + c[1]; }).join(" ") }) : "";
       if (!enc.ids.length) { status.textContent = t("empty"); return null; }
       var chars = Array.from(text).slice(-model.T), ids = enc.ids.slice(-model.T);
       last = model.run(ids);
@@ -636,7 +655,7 @@
             ids.push(next); chars.push(ch);
             if (state.len < model.T || model.config.positions === "rotary") {
               // one more position; past block_size the cache rolls (the oldest position goes)
-              if (state.len >= model.T && !rolled) { rolled = true; note.textContent = t("rolling", { n: model.T }); }
+              if (state.len >= model.T && !rolled) { rolled = true; note.textContent = (note.textContent ? note.textContent + " " : "") + t("rolling", { n: model.T }); }
               var r = model.step(state, next, true);
               last.logits = r.logits; last.weights = r.weights;
               chars = chars.slice(-model.T);
