@@ -1899,6 +1899,52 @@ def test_figures_keep_a_legible_size_on_a_phone(site, base_url, browser):
     assert checked >= 40, checked
 
 
+PHONE_TABLES = """() => ({
+  tables: [...document.querySelectorAll('pre.d2lattn-table-output')].map(p => {
+    const style = getComputedStyle(p), lines = p.textContent.split('\\n').filter(l => l.trim());
+    const line = parseFloat(style.lineHeight) || 16;
+    return {whiteSpace: style.whiteSpace, overflowX: style.overflowX,
+            rows: Math.round((p.clientHeight - parseFloat(style.paddingTop) - parseFloat(style.paddingBottom)) / line),
+            lines: lines.length, scrolls: p.scrollWidth > p.clientWidth,
+            shadow: style.backgroundAttachment.includes('local')};
+  }),
+  backToTop: (() => { const b = document.getElementById('pst-back-to-top');
+                      return b ? getComputedStyle(b).display : 'none'; })(),
+  panels: [...document.querySelectorAll('.d2lattn-viz-panel')].filter(p => p.scrollWidth > p.clientWidth)
+    .map(p => getComputedStyle(p).backgroundAttachment.includes('local')),
+  wider: document.documentElement.scrollWidth > window.innerWidth + 1,
+})"""
+
+
+@pytest.mark.parametrize("prefix", ["", ZH])
+def test_result_tables_keep_their_columns_on_a_phone(site, base_url, browser, prefix, tmp_path):
+    """At 390 x 844, chapter 12's printed tables (its decoding table among them) keep one line
+    per row and scroll in their own box, with a shadow that shows more lies to the side; a
+    figure panel that scrolls shows it the same way; nothing floats over the page (the theme's
+    "Back to top" covered chapter 16's figure). A screenshot of each page is written to the
+    test's temporary folder for a reader of the test log."""
+    page = browser.context.new_page()
+    page.set_viewport_size(PHONE)
+    tables = 0
+    for rel in (prefix + "book/ch12_gpt.html", prefix + "book/ch16_beyond_sequences.html"):
+        _open(page, base_url, rel, site)
+        if _viz_pages(site).count(rel):
+            page.wait_for_function(
+                "[...document.querySelectorAll('.d2lattn-viz')].every(r => r.dataset.ready === '1')",
+                timeout=10000)
+        page.screenshot(path=str(tmp_path / (rel.replace("/", "_") + ".png")), full_page=False)
+        got = page.evaluate(PHONE_TABLES)
+        assert not got["wider"], rel
+        assert got["backToTop"] == "none", rel
+        assert all(got["panels"]), rel
+        for t in got["tables"]:
+            tables += 1
+            assert t["whiteSpace"] == "pre" and t["overflowX"] == "auto" and t["shadow"], (rel, t)
+            assert t["rows"] <= t["lines"] + 1, (rel, t)  # no row wrapped onto a second line
+    page.close()
+    assert tables >= 5, tables
+
+
 def test_interactive_figures_are_accessible(site, base_url, browser):
     """Charts are named images, the figure a named figure; sliders announce their value
     ("label = value"); tokens are a radio group with one checked token; the data of the setting
