@@ -220,7 +220,8 @@ def block_sparse_attention_reference(queries: Tensor, keys: Tensor, values: Tens
 
 def block_sparse_attention(queries: Tensor, keys: Tensor, values: Tensor, block_index: Tensor,
                            *, block_size: int, causal: bool = False,
-                           scale: Optional[float] = None) -> Tensor:
+                           scale: Optional[float] = None,
+                           query_chunk: Optional[int] = None) -> Tensor:
     r"""Attention over the selected blocks, gathered: work and memory grow with the keys read.
 
     For each query the ``k`` selected blocks of keys and values are gathered
@@ -229,7 +230,10 @@ def block_sparse_attention(queries: Tensor, keys: Tensor, values: Tensor, block_
     :func:`block_sparse_attention_reference` (values and gradients; tests/test_sparse.py) at
     ``T_q k S`` scores instead of ``T_q T_k``.
 
-    Args and Raises: as :func:`block_sparse_attention_reference`.
+    Args and Raises: as :func:`block_sparse_attention_reference`, and ``query_chunk``
+    (keyword-only): gather for this many queries at a time (``None``: all at once). The work is
+    the same; the memory of the gathered keys and values is ``query_chunk * k * S * (d + d_v)``
+    numbers instead of ``T_q * k * S * (d + d_v)``.
 
     Returns:
         ``(B, h, T_q, d_v)`` in the inputs' dtype.
@@ -246,6 +250,24 @@ def block_sparse_attention(queries: Tensor, keys: Tensor, values: Tensor, block_
     _check_positive_int(block_size=block_size)
     n = _num_blocks(T_k, block_size)
     index = _check_selection(block_index, B, h, T_q, n)  # (B, h, T_q, k)
+    if query_chunk is not None:
+        _check_positive_int(query_chunk=query_chunk)
+        if query_chunk < T_q:
+            return torch.cat([
+                _gathered(queries[:, :, i:i + query_chunk], keys, values,
+                          index[:, :, i:i + query_chunk], block_size, causal, scale,
+                          offset=T_k - T_q + i)
+                for i in range(0, T_q, query_chunk)], dim=2)
+    return _gathered(queries, keys, values, index, block_size, causal, scale, offset=T_k - T_q)
+
+
+def _gathered(queries: Tensor, keys: Tensor, values: Tensor, index: Tensor, block_size: int,
+              causal: bool, scale: Optional[float], offset: int) -> Tensor:
+    """:func:`block_sparse_attention` for queries at positions ``offset, offset + 1, ...``
+    (inputs already checked)."""
+    B, h, T_q, _ = queries.shape
+    T_k = keys.shape[2]
+    n = _num_blocks(T_k, block_size)
     S, d, d_v, k = block_size, queries.shape[-1], values.shape[-1], index.shape[-1]
     c = 1 / math.sqrt(d) if scale is None else float(scale)
     acc = _acc(queries.dtype)
@@ -260,13 +282,13 @@ def block_sparse_attention(queries: Tensor, keys: Tensor, values: Tensor, block_
     position = (safe[..., None] * S + torch.arange(S, device=queries.device))  # (Bh, T_q, k, S)
     read = (flat[..., None] >= 0) & (position < T_k)
     if causal:
-        last = torch.arange(T_q, device=queries.device)[None, :, None, None] + (T_k - T_q)
+        last = torch.arange(T_q, device=queries.device)[None, :, None, None] + offset
         read = read & (position <= last)
     read = read.reshape(B * h, T_q, k * S)
     q = queries.to(acc).reshape(B * h, T_q, 1, d)
-    scores = (q * k_sel).sum(dim=-1) * c  # (Bh, T_q, kS)
+    scores = (q @ k_sel.transpose(-2, -1)).squeeze(-2) * c  # (Bh, T_q, kS)
     weights = _empty_row_softmax(scores.masked_fill(~read, float("-inf")))
-    output = (weights[..., None] * v_sel).sum(dim=-2)  # (Bh, T_q, d_v)
+    output = (weights[..., None, :] @ v_sel).squeeze(-2)  # (Bh, T_q, d_v)
     return output.reshape(B, h, T_q, d_v).to(queries.dtype)
 
 

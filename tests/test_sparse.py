@@ -38,6 +38,8 @@ def test_gathered_equals_the_masked_reference_values_and_gradients(T_q, T_k, S, 
     out = block_sparse_attention(q, kk, v, sel, block_size=S, causal=causal)
     ref, weights = block_sparse_attention_reference(q, kk, v, sel, block_size=S, causal=causal)
     torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
+    chunked = block_sparse_attention(q, kk, v, sel, block_size=S, causal=causal, query_chunk=4)
+    torch.testing.assert_close(chunked, ref, rtol=0, atol=1e-12)
     assert torch.allclose(weights.sum(-1)[weights.sum(-1) > 0], torch.ones(()).double())
     grad = torch.randn_like(out)
     g_out = torch.autograd.grad(out, (q, kk, v), grad)
