@@ -48,6 +48,8 @@ __all__ = [
     "bigbird_selection",
     "indexer_scores",
     "indexer_select",
+    "window_selection",
+    "NativeSparseAttention",
 ]
 
 
@@ -483,3 +485,126 @@ def indexer_select(scores: Tensor, *, top_k: int, causal: bool = True) -> Tensor
     if k < top_k:
         chosen = torch.nn.functional.pad(chosen, (0, top_k - k), value=-1)
     return chosen[:, None]
+
+
+# ---------------------------------------------------------------------------------------------
+# Native Sparse Attention: three branches mixed by learned gates
+
+
+def window_selection(num_tokens: int, window: int) -> Tensor:
+    """Causal sliding window as a selection of one-token blocks: token ``t`` reads tokens
+    ``t - window + 1 .. t`` (``block_size=1``; ``-1`` where the window starts before 0).
+
+    Returns:
+        ``(1, 1, T, window)`` int64.
+    """
+    _check_positive_int(num_tokens=num_tokens, window=window)
+    t = torch.arange(num_tokens)[:, None]
+    tokens = t - torch.arange(window - 1, -1, -1)[None, :]  # (T, window), increasing
+    return torch.where(tokens >= 0, tokens, torch.full_like(tokens, -1))[None, None]
+
+
+class NativeSparseAttention(torch.nn.Module):
+    r"""Native Sparse Attention (NSA): compressed blocks, selected blocks and a window, gated.
+
+    .. math:: o_t = \sum_{c \in \{\mathrm{cmp}, \mathrm{slc}, \mathrm{win}\}}
+        g^c_t \,\mathrm{Attn}\big(q_t, \tilde K^c_t, \tilde V^c_t\big), \qquad g^c_t \in (0, 1)
+
+    1. **Compression**: each complete block of ``block_size`` keys (values) becomes one key
+       (value) by a learned map of the block with its positions, :math:`\varphi(k_{il+1..il+l})`
+       (the paper's eq. 7 with stride = block length); a query attends over the compressed
+       blocks that end at or before it.
+    2. **Selection**: the compressed branch's attention probabilities score the blocks (eq. 8,
+       with equal compression and selection blocks); each query reads the ``top_n`` best blocks
+       in full, its own block always among them (masked causally inside), through
+       :func:`block_sparse_attention`. The choice is not differentiable; the scores it uses are
+       learned by the compressed branch.
+    3. **Window**: the last ``window`` tokens.
+
+    The gates are a sigmoid of a linear map of the token (eq. 5). One key/value head per query
+    head here (the paper shares them in GQA groups and sums the group's selection scores).
+
+    Args:
+        num_hiddens: ``D``. num_heads: ``h`` (``D`` divisible by ``h``).
+        block_size: keyword-only; ``l``, the compression and selection block length.
+        top_n: keyword-only; blocks read in full by each query. window: keyword-only.
+        bias: keyword-only; biases of the projections.
+
+    Shapes (``forward``):
+        ``X`` ``(B, T, D)`` float, causal self-attention; returns ``(B, T, D)``. After a call,
+        ``selection`` holds the blocks chosen, ``(B, h, T, top_n)``, and ``gates`` the three
+        gates, ``(B, T, h, 3)`` (compressed, selected, window).
+
+    Raises:
+        ValueError: bad sizes at construction, an input that is not ``(B, T, D)``.
+
+    Source: Yuan et al. (2025), "Native Sparse Attention: Hardware-Aligned and Natively
+    Trainable Sparse Attention", arXiv 2502.11089, section 3.2-3.3, equations (5)-(12).
+    """
+
+    def __init__(self, num_hiddens: int, num_heads: int, *, block_size: int, top_n: int,
+                 window: int, bias: bool = False) -> None:
+        super().__init__()
+        _check_positive_int(num_hiddens=num_hiddens, num_heads=num_heads, block_size=block_size,
+                            top_n=top_n, window=window)
+        if num_hiddens % num_heads:
+            raise ValueError(f"num_hiddens ({num_hiddens}) must be divisible by num_heads "
+                             f"({num_heads})")
+        self.num_heads, self.block_size, self.top_n, self.window = num_heads, block_size, top_n, window
+        d_h = num_hiddens // num_heads
+        self.W_q = torch.nn.Linear(num_hiddens, num_hiddens, bias=bias)
+        self.W_k = torch.nn.Linear(num_hiddens, num_hiddens, bias=bias)
+        self.W_v = torch.nn.Linear(num_hiddens, num_hiddens, bias=bias)
+        self.W_o = torch.nn.Linear(num_hiddens, num_hiddens, bias=bias)
+        # phi: the block's keys (values) with a learned position each, flattened, to one
+        self.block_positions = torch.nn.Parameter(torch.zeros(block_size, d_h))
+        self.compress_keys = torch.nn.Linear(block_size * d_h, d_h)
+        self.compress_values = torch.nn.Linear(block_size * d_h, d_h)
+        self.W_gate = torch.nn.Linear(num_hiddens, 3 * num_heads)
+        self.selection: Optional[Tensor] = None
+        self.gates: Optional[Tensor] = None
+
+    def compress(self, X: Tensor, phi: torch.nn.Linear) -> Tensor:
+        """``(B, h, T, d_h)`` -> ``(B, h, T // l, d_h)``: one summary per complete block."""
+        B, h, T, d_h = X.shape
+        n, l = T // self.block_size, self.block_size
+        blocks = X[:, :, :n * l].reshape(B, h, n, l, d_h) + self.block_positions
+        return phi(blocks.reshape(B, h, n, l * d_h))
+
+    def forward(self, X: Tensor) -> Tensor:
+        """Causal self-attention of ``X`` ``(B, T, D)`` float; returns ``(B, T, D)`` and
+        keeps ``selection`` ``(B, h, T, top_n)`` and ``gates`` ``(B, T, h, 3)``."""
+        if not isinstance(X, Tensor) or X.dim() != 3 or X.shape[-1] != self.W_q.in_features:
+            raise ValueError(f"X must be a float tensor of shape (B, T, {self.W_q.in_features}), "
+                             f"got {getattr(X, 'shape', type(X).__name__)}")
+        B, T, D = X.shape
+        h, l = self.num_heads, self.block_size
+        split = lambda Y: Y.reshape(B, T, h, D // h).transpose(1, 2)  # noqa: E731  (B, h, T, d_h)
+        q, k, v = split(self.W_q(X)), split(self.W_k(X)), split(self.W_v(X))
+        scale = 1 / math.sqrt(D // h)
+        # 1. compressed blocks; block i (positions il .. il + l - 1) is seen from t >= il + l - 1
+        k_cmp, v_cmp = self.compress(k, self.compress_keys), self.compress(v, self.compress_values)
+        n_cmp = k_cmp.shape[2]
+        ends = torch.arange(n_cmp, device=X.device) * l + l - 1
+        seen = ends[None, :] <= torch.arange(T, device=X.device)[:, None]  # (T, n_cmp)
+        scores = (q @ k_cmp.transpose(-2, -1) * scale).masked_fill(~seen, float("-inf"))
+        p_cmp = _empty_row_softmax(scores)  # (B, h, T, n_cmp)
+        o_cmp = p_cmp @ v_cmp  # (B, h, T, d_h)
+        # 2. selection from the compressed scores (own block forced), blocks read in full
+        n = _num_blocks(T, l)
+        block_score = torch.full((B, h, T, n), float("-inf"), dtype=p_cmp.dtype, device=X.device)
+        block_score[..., :n_cmp] = torch.where(seen, p_cmp.detach(), block_score[..., :n_cmp])
+        own = torch.arange(T, device=X.device) // l
+        block_score = torch.where(torch.arange(n, device=X.device) == own[:, None],
+                                  torch.full_like(block_score, float("inf")), block_score)
+        top = block_score.topk(min(self.top_n, n), dim=-1)
+        chosen = _sorted_selection(top.indices, top.values > float("-inf"))
+        o_slc = block_sparse_attention(q, k, v, chosen, block_size=l, causal=True)
+        # 3. the window, a selection of single tokens
+        o_win = block_sparse_attention(q, k, v, window_selection(T, self.window).to(X.device),
+                                       block_size=1, causal=True)
+        gates = torch.sigmoid(self.W_gate(X)).reshape(B, T, h, 3)
+        g = gates.permute(0, 2, 1, 3)  # (B, h, T, 3)
+        out = g[..., 0:1] * o_cmp + g[..., 1:2] * o_slc + g[..., 2:3] * o_win  # (B, h, T, d_h)
+        self.selection, self.gates = chosen, gates.detach()
+        return self.W_o(out.transpose(1, 2).reshape(B, T, D))

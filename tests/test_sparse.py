@@ -178,3 +178,68 @@ def test_the_gathered_form_reads_only_the_selected_keys():
     T, S, k = 64, 4, 2
     sel = moba_select(*_qkv(B=1, h=1, T_q=T, T_k=T)[:2], block_size=S, top_k=k)
     assert keys_read(sel, T, block_size=S, causal=True) <= T * k * S < T * (T + 1) // 2
+
+
+def _nsa_by_the_equations(m, X):
+    """NSA's output token by token, from the paper's equations and the module's weights."""
+    from d2lattn.sparse import NativeSparseAttention  # noqa: F401 (the class under test)
+
+    B, T, D = X.shape
+    h, l = m.num_heads, m.block_size
+    d_h = D // h
+    q, k, v = (W(X).reshape(B, T, h, d_h) for W in (m.W_q, m.W_k, m.W_v))
+    gates = torch.sigmoid(m.W_gate(X)).reshape(B, T, h, 3)
+    out = torch.zeros(B, T, h, d_h, dtype=X.dtype)
+    c = d_h ** -0.5
+
+    def attend(qt, keys, vals):
+        if len(keys) == 0:
+            return torch.zeros(d_h, dtype=X.dtype), None
+        w = torch.softmax(torch.stack([qt @ kk for kk in keys]) * c, 0)
+        return sum(wi * vi for wi, vi in zip(w, vals)), w
+
+    for b, t, hh in itertools.product(range(B), range(T), range(h)):
+        qt = q[b, t, hh]
+        blocks = [i for i in range(T // l) if i * l + l - 1 <= t]
+        kc = [m.compress_keys((k[b, i * l:(i + 1) * l, hh] + m.block_positions).reshape(-1))
+              for i in blocks]
+        vc = [m.compress_values((v[b, i * l:(i + 1) * l, hh] + m.block_positions).reshape(-1))
+              for i in blocks]
+        o_cmp, p = attend(qt, kc, vc)
+        own = t // l
+        ranked = sorted(blocks, key=lambda i: -float(p[blocks.index(i)].detach())) if blocks else []
+        chosen = {own} | set([i for i in ranked if i != own][:m.top_n - 1])
+        sel = [s for s in range(t + 1) if s // l in chosen]
+        o_slc, _ = attend(qt, [k[b, s, hh] for s in sel], [v[b, s, hh] for s in sel])
+        win = range(max(0, t - m.window + 1), t + 1)
+        o_win, _ = attend(qt, [k[b, s, hh] for s in win], [v[b, s, hh] for s in win])
+        g = gates[b, t, hh]
+        out[b, t, hh] = g[0] * o_cmp + g[1] * o_slc + g[2] * o_win
+    return m.W_o(out.reshape(B, T, D))
+
+
+def test_native_sparse_attention_follows_its_equations_and_is_causal():
+    from d2lattn.sparse import NativeSparseAttention
+
+    torch.manual_seed(0)
+    m = NativeSparseAttention(8, 2, block_size=3, top_n=2, window=4).double()
+    torch.nn.init.normal_(m.block_positions)
+    X = torch.randn(2, 11, 8, dtype=torch.float64, requires_grad=True)
+    Y = m(X)
+    torch.testing.assert_close(Y, _nsa_by_the_equations(m, X), rtol=0, atol=1e-12)
+    assert m.selection.shape == (2, 2, 11, 2) and m.gates.shape == (2, 11, 2, 3)
+    own = torch.arange(11) // 3
+    assert ((m.selection == own[:, None]).any(-1)).all()
+    # causal, exactly: the output at t has a zero gradient with respect to every later input
+    for t in range(10):
+        (grad,) = torch.autograd.grad(Y[:, t].sum(), X, retain_graph=True)
+        assert torch.count_nonzero(grad[:, t + 1:]) == 0 and torch.count_nonzero(grad[:, :t + 1]) > 0
+    # the compressed branch learns the scores that choose: its parameters get gradients
+    Y.sum().backward()
+    assert m.compress_keys.weight.grad.abs().sum() > 0
+    with pytest.raises(ValueError, match="divisible"):
+        NativeSparseAttention(10, 3, block_size=2, top_n=1, window=2)
+    with pytest.raises(ValueError, match="top_n"):
+        NativeSparseAttention(8, 2, block_size=2, top_n=0, window=2)
+    with pytest.raises(ValueError, match="X must be"):
+        m(torch.randn(2, 5, 7, dtype=torch.float64))
