@@ -42,6 +42,9 @@ One module per idea, following the three steps of attention (score, normalize, p
 - :mod:`d2lattn.scaling` — loss against compute: ``training_flops`` (``6 N D``), the
   ``compute_frontier`` of a sweep, ``fit_frontier`` (a saturating power law) and
   ``chinchilla_optimal``;
+- :mod:`d2lattn.sparse` — attention that chooses where to look: block-sparse attention over
+  a selection (a masked reference and a gathered form), MoBA's gate, the Sparse Transformer's
+  and BigBird's patterns, an indexer that picks tokens;
 - :mod:`d2lattn.training` — ``fit``, the one training loop behind every ``train_*`` function,
   and the convention they share (arguments, callback, result).
 
@@ -73,6 +76,7 @@ from . import (
     seq2seq,
     serving,
     sets,
+    sparse,
     text,
     training,
     transformer,
@@ -100,6 +104,7 @@ from .scoring import *  # noqa: F401,F403
 from .seq2seq import *  # noqa: F401,F403
 from .serving import *  # noqa: F401,F403
 from .sets import *  # noqa: F401,F403
+from .sparse import *  # noqa: F401,F403
 from .text import *  # noqa: F401,F403
 from .training import *  # noqa: F401,F403
 from .transformer import *  # noqa: F401,F403
@@ -108,8 +113,9 @@ from .vision import *  # noqa: F401,F403
 __version__ = "0.1.0"
 
 _MODULES = (circuits, data, diagnostics, flash, gpt, graphs, heads, interactive,
-            kernel_regression, kvcache, linear, masking, multihead, ngram, plotting, pointcloud, positional, scaling,
-            scoring, seq2seq, serving, sets, text, training, transformer, vision)
+            kernel_regression, kvcache, linear, masking, multihead, ngram, plotting, pointcloud,
+            positional, scaling, scoring, seq2seq, serving, sets, sparse, text, training,
+            transformer, vision)
 __all__ = sorted(name for module in _MODULES for name in module.__all__)
 
 #: Names that were public here and are no longer, with where they went (one release).

@@ -266,7 +266,9 @@ def next_token_probs(logits: Tensor, *, temperature: float = 1.0, top_k: Optiona
     Args:
         logits: ``(..., V)`` float, unnormalized scores of the next token.
         temperature: keyword-only; a finite number ``>= 0`` (``< 1`` sharpens, ``> 1``
-            flattens, ``0`` is greedy).
+            flattens). ``0`` is the limit of a vanishing temperature, greedy decoding: all the
+            mass on the most likely token (ties: the lowest index, as ``argmax``), which every
+            top-k and top-p filter keeps.
         top_k: keyword-only; ``None`` or an integer in ``[1, V]``.
         top_p: keyword-only; ``None`` or a number in ``(0, 1]``.
 
@@ -276,13 +278,15 @@ def next_token_probs(logits: Tensor, *, temperature: float = 1.0, top_k: Optiona
         round to zero), float64 for float64 logits.
 
     Raises:
-        ValueError: a temperature that is not a finite number ``>= 0``, a bad ``top_k`` or
-            ``top_p``.
+        ValueError: a temperature that is negative or not finite, a bad ``top_k`` or ``top_p``
+            (``top_p = 0`` too: it would keep no token).
 
     Example:
         >>> next_token_probs(torch.tensor([2.0, 1.0, 0.0]), temperature=0.5, top_k=2)
         tensor([0.8808, 0.1192, 0.0000])
         >>> next_token_probs(torch.tensor([2.0, 1.0, 0.0], dtype=torch.float16), temperature=1e-3)
+        tensor([1., 0., 0.])
+        >>> next_token_probs(torch.tensor([2.0, 1.0, 2.0]), temperature=0)  # ties: the first
         tensor([1., 0., 0.])
     """
     check_logits(logits)
@@ -291,6 +295,10 @@ def next_token_probs(logits: Tensor, *, temperature: float = 1.0, top_k: Optiona
     if temperature == 0:
         if wide.shape[-1] == 0:
             raise ValueError("logits must have a vocabulary of at least one token (V >= 1)")
+        if top_k is not None:  # the filters keep the argmax, but their arguments are checked
+            check_top_k(top_k, wide.shape[-1])
+        if top_p is not None:
+            check_top_p(top_p)
         return torch.zeros_like(wide).scatter_(-1, wide.argmax(dim=-1, keepdim=True), 1.0)
     scaled = wide / temperature  # (..., V)
     if wide.shape[-1]:  # a row whose largest scaled logit overflowed: shift it first (the

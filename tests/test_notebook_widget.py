@@ -226,6 +226,20 @@ def test_a_chapter_run_in_jupyterlab_shows_figures_that_move(lab, browser):
             expected += list(values.values())
     assert [float(v) for v in drawn if v not in ("true", "false")] == \
         pytest.approx([float(v) for v in expected], abs=0)
+    # the keyboard: an arrow key on the focused slider moves the slider, not JupyterLab's cell
+    # selection (command mode would take ArrowLeft/ArrowRight/ArrowUp/ArrowDown for itself)
+    active = "() => [...document.querySelectorAll('.jp-Notebook .jp-Cell')].findIndex(" \
+             "c => c.classList.contains('jp-mod-active'))"
+    page.evaluate("() => document.activeElement && document.activeElement.blur()")
+    cell_before = page.evaluate(active)
+    slider.focus()
+    step = 1 if target + 1 < len(control["values"]) else -1
+    page.keyboard.press("ArrowRight" if step == 1 else "ArrowLeft")
+    choice[k] = str(target + step)
+    assert figure.get_attribute("data-frame") == ",".join(choice)
+    page.keyboard.press("ArrowUp" if step == 1 else "ArrowDown")
+    page.wait_for_timeout(300)
+    assert page.evaluate(active) == cell_before
     assert browser.recorder.foreign_hosts() == set()
     page.close()
 

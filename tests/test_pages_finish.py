@@ -37,3 +37,23 @@ def test_an_english_build_does_not_touch_the_chinese_site(tmp_path):
     assert "searchindex.js" in (out / "search.html").read_text()  # the search page keeps it
     for name in ("search.html", "ch1.html"):  # the nested site: its own build's business
         assert (out / "zh" / name).read_text() == f"<head>{SCRIPTS}</head>"
+
+
+def test_printed_tables_are_marked_to_keep_their_columns():
+    """Output laid out in columns gets the class that keeps its lines (d2lattn.css); a message,
+    code, and an output of one or two lines do not."""
+    from d2lattn_pages import is_table, mark_table_outputs
+
+    table = ("<div class=\"output stream highlight-myst-ansi notranslate\"><div class=\"highlight\">"
+             "<pre><span></span>decoding     bits   distinct\ngreedy       2.10   0.31\n"
+             "top-p 0.9    2.31   0.64\n</pre></div></div>")
+    assert 'pre class="d2lattn-table-output"' in mark_table_outputs(table)
+    message = table.replace("decoding     bits   distinct\ngreedy       2.10   0.31\n"
+                            "top-p 0.9    2.31   0.64\n",
+                            "check_causal: position 3 reads position 5. A leak of 1e-06 was "
+                            "found\nin the output, where a causal model must show exactly "
+                            "zero.\nSee chapter 13.\n")
+    assert mark_table_outputs(message) == message
+    code = table.replace("output stream", "cell_input")
+    assert mark_table_outputs(code) == code
+    assert not is_table("a  b\nc  d") and is_table("a  b\nc  d\ne f")

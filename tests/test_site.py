@@ -1179,6 +1179,14 @@ def test_the_notebooks_archive_holds_what_the_chapters_read(site):
                        "book/figures/masking.svg", "locale/zh_CN/LC_MESSAGES/interactive.po",
                        "book/assets/static/d2lattn-viz.js", "book/assets/static/d2lattn.css"):
             assert needed in names, needed
+    # what the README says of it: its size, to the megabyte it states, and the chapters in it
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    stated = re.search(r"`how-attention-works-notebooks\.zip`, about\s+(\d+)\s+MB", readme)
+    assert stated and abs(int(stated.group(1)) - path.stat().st_size / 1e6) <= 1, \
+        (stated and stated.group(1), path.stat().st_size / 1e6)
+    last = max(_toc_chapters(), key=lambda f: int(re.search(r"ch(\d+)_", f).group(1)))
+    last = last.replace(".html", ".ipynb")
+    assert f"… `{last}`" in readme, f"the README's chapter list should end at {last}"
     for rel in _article_pages(site):
         if rel.rsplit("/", 1)[-1].startswith("ch"):
             link = re.search(r'<a class="d2lattn-archive-link" href="([^"]+)"',
@@ -1697,6 +1705,60 @@ def test_the_pdf_links_within_itself_and_has_bookmarks_by_part(site, prefix):
         assert any(re.match(rf"{n}\. ", t) for t in chapters), (n, chapters)
 
 
+@pytest.mark.parametrize("prefix", ["", ZH])
+def test_the_pdf_bookmarks_land_in_their_own_chapter(site, prefix):
+    """Every section bookmark lands on a page of its own chapter, and on a page that shows its
+    title: section ids repeat across chapters on the one page that is printed ("summary",
+    "exercises"), and before tools/book.py made them unique, 29 of 157 bookmarks and 72 heading
+    links jumped to chapter 1's or chapter 7's page."""
+    import re
+
+    pypdf = pytest.importorskip("pypdf")
+    reader = pypdf.PdfReader(str(site / prefix / PDF_NAME))
+    squash = lambda t: re.sub(r"\s+", "", t)
+    texts: dict = {}
+
+    def text(i):
+        if i not in texts:
+            texts[i] = squash(reader.pages[i].extract_text() or "")
+        return texts[i]
+
+    chapters = []  # (title, page, [(section title, page)])
+
+    def walk(items, depth):
+        for item in items:
+            if isinstance(item, list):
+                walk(item, depth + 1)
+            elif depth == 1:
+                chapters.append((str(item.title), reader.get_destination_page_number(item), []))
+            elif depth == 2 and chapters:
+                chapters[-1][2].append((str(item.title), reader.get_destination_page_number(item)))
+    walk(reader.outline, 0)
+    numbered = [c for c in chapters if re.match(r"\d+\. ", c[0])]
+    assert len(numbered) == len(_toc_chapters()), [c[0] for c in chapters]
+    starts = sorted(page for _, page, _ in chapters)
+    wrong, untitled, count = [], [], 0
+    for title, page, sections in chapters:
+        end = min([p for p in starts if p > page], default=len(reader.pages))
+        for sub, at in sections:
+            count += 1
+            if not page <= at <= end:
+                wrong.append((title, sub, at, (page, end)))
+            elif squash(sub)[:12] not in text(at) + (text(at + 1) if at + 1 < len(reader.pages) else ""):
+                untitled.append((title, sub, at))
+    assert count >= 100, count
+    assert wrong == [], wrong[:10]
+    # the live element of chapter 12 (its GPT) is said in print: what it is and where to run it
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("d2lattn_lm", ROOT / "book" / "_ext" / "d2lattn_lm.py")
+    lm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lm)
+    alternative = squash(lm.PRINT_ALTERNATIVE["zh" if prefix else "en"])[:40]
+    assert any(alternative in text(i) for i in range(len(reader.pages))), alternative
+    assert len(untitled) <= count // 20, untitled[:10]  # text extraction may split a few titles
+
+
 def _page_marks(page, reader):
     """One PDF page's filled areas, as (fill colour, (x0, y0, x1, y1)) cut to their clip (what
     shows), and where its text runs start, as (x, y, in a monospace font), in page units."""
@@ -1835,6 +1897,52 @@ def test_figures_keep_a_legible_size_on_a_phone(site, base_url, browser):
         assert all(px >= 8.9 for px in got["fontPx"]), f"{rel}: figure text {min(got['fontPx']):.1f} px"
     page.close()
     assert checked >= 40, checked
+
+
+PHONE_TABLES = """() => ({
+  tables: [...document.querySelectorAll('pre.d2lattn-table-output')].map(p => {
+    const style = getComputedStyle(p), lines = p.textContent.split('\\n').filter(l => l.trim());
+    const line = parseFloat(style.lineHeight) || 16;
+    return {whiteSpace: style.whiteSpace, overflowX: style.overflowX,
+            rows: Math.round((p.clientHeight - parseFloat(style.paddingTop) - parseFloat(style.paddingBottom)) / line),
+            lines: lines.length, scrolls: p.scrollWidth > p.clientWidth,
+            shadow: style.backgroundAttachment.includes('local')};
+  }),
+  backToTop: (() => { const b = document.getElementById('pst-back-to-top');
+                      return b ? getComputedStyle(b).display : 'none'; })(),
+  panels: [...document.querySelectorAll('.d2lattn-viz-panel')].filter(p => p.scrollWidth > p.clientWidth)
+    .map(p => getComputedStyle(p).backgroundAttachment.includes('local')),
+  wider: document.documentElement.scrollWidth > window.innerWidth + 1,
+})"""
+
+
+@pytest.mark.parametrize("prefix", ["", ZH])
+def test_result_tables_keep_their_columns_on_a_phone(site, base_url, browser, prefix, tmp_path):
+    """At 390 x 844, chapter 12's printed tables (its decoding table among them) keep one line
+    per row and scroll in their own box, with a shadow that shows more lies to the side; a
+    figure panel that scrolls shows it the same way; nothing floats over the page (the theme's
+    "Back to top" covered chapter 16's figure). A screenshot of each page is written to the
+    test's temporary folder for a reader of the test log."""
+    page = browser.context.new_page()
+    page.set_viewport_size(PHONE)
+    tables = 0
+    for rel in (prefix + "book/ch12_gpt.html", prefix + "book/ch16_beyond_sequences.html"):
+        _open(page, base_url, rel, site)
+        if _viz_pages(site).count(rel):
+            page.wait_for_function(
+                "[...document.querySelectorAll('.d2lattn-viz')].every(r => r.dataset.ready === '1')",
+                timeout=10000)
+        page.screenshot(path=str(tmp_path / (rel.replace("/", "_") + ".png")), full_page=False)
+        got = page.evaluate(PHONE_TABLES)
+        assert not got["wider"], rel
+        assert got["backToTop"] == "none", rel
+        assert all(got["panels"]), rel
+        for t in got["tables"]:
+            tables += 1
+            assert t["whiteSpace"] == "pre" and t["overflowX"] == "auto" and t["shadow"], (rel, t)
+            assert t["rows"] <= t["lines"] + 1, (rel, t)  # no row wrapped onto a second line
+    page.close()
+    assert tables >= 5, tables
 
 
 def test_interactive_figures_are_accessible(site, base_url, browser):

@@ -113,6 +113,9 @@ def with_download_attribute(text: str) -> str:
 #: What the chapters need besides their notebooks, relative to the source folder.
 ARCHIVE_FOLDERS = ("book/data", "book/figures", "book/assets/fonts", "d2lattn")
 ARCHIVE_FILES = ("requirements.txt", "pyproject.toml", "README.md", "LICENSE",
+                 # the README's test command, `python -m pytest book/ch3_....ipynb`, reads the
+                 # options in pyproject.toml, which name the sanitizer of nbval's comparisons
+                 "conftest.py", "tests/sanitize.cfg",
                  "locale/zh_CN/LC_MESSAGES/interactive.po",
                  # the script and styles that draw the figures as live widgets in JupyterLab
                  "book/assets/static/d2lattn-viz.js", "book/assets/static/d2lattn.css")

@@ -9,22 +9,25 @@ forward pass is the script's own (no library, no server, no network), and the pa
 
 The weights are exported here, **at build time, from whatever checkpoint the book ships**
 (``book/data/ch12_gpt_<corpus>.pt``, float16), never committed as a copy: when a page uses the
-directive, the build writes into ``_static/d2lattn-lm/``
+directive, the build writes ``_static/d2lattn-lm/<corpus>.js``, one script that calls
+``d2lattnLM._register(corpus, manifest, weights)`` with
 
-- ``<corpus>.json``: the model's configuration, the numbers of the forward pass that are not in
-  the configuration (LayerNorm epsilon, rotary base, activation), the tokenizer's vocabulary
+- the manifest: the model's configuration, the numbers of the forward pass that are not in the
+  configuration (LayerNorm epsilon, rotary base, activation), the tokenizer's vocabulary
   (``CharTokenizer(load_split(corpus).text).itos``, as chapter 12 builds it), and the name,
   shape and offset of every tensor in
-- ``<corpus>.<sha256[:12]>.bin``: the checkpoint's float16 tensors, little-endian, one after the
-  other (the tied read-out is the embedding, stored once). The content hash in the name means a
-  browser never mixes a new manifest with old weights.
+- the weights: the checkpoint's float16 tensors, little-endian, one after the other (the tied
+  read-out is the embedding, stored once), as base64 text.
 
-The script fetches these only when the reader asks (a button, or a call of the API), never when
-the page loads.
+A script, not a fetched file: a page opened from disk (``file://``) may load a script but may not
+fetch a file, and the README tells readers to open ``_build/html/index.html``. Manifest and
+weights in one file can never be mixed across builds. The page loads a model's script only when
+the reader asks (a button, or a call of the API), never when the page loads.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from pathlib import Path
@@ -38,8 +41,24 @@ STYLE = "d2lattn-lm.css"
 #: Where the exported files go, under the site's ``_static``.
 EXPORT_DIR = "d2lattn-lm"
 CORPORA = ("shakespeare", "tang")
+#: The model a page shows first when the directive names none, by the page's language.
+DEFAULT_CORPUS = {"en": "shakespeare", "zh": "tang"}
 DATA_DIR = Path(__file__).resolve().parents[1] / "data"
-FORMAT = 1
+FORMAT = 2
+#: An exported model is this call: d2lattnLM._register(corpus, manifest, base64 weights).
+SCRIPT_PREFIX = "window.d2lattnLM._register("
+SCRIPT_SUFFIX = ");\n"
+#: What the printed book (the PDF) shows in the widget's place: what it is and where to run it.
+PRINT_ALTERNATIVE = {
+    "en": "In the printed book, a live element stands here: chapter 12's GPT, running in the web "
+          "page of this chapter. Type a prompt, set the temperature, top-k and top-p, and watch "
+          "it write, with the next-character probabilities and one head's attention. Open this "
+          "chapter on the book's website (book/ch12_gpt.html), or run GPT.generate in the "
+          "chapter's notebook.",
+    "zh": "印刷版此处是一个交互元素：在本章网页中运行的第 12 章 GPT。输入提示，设置温度、top-k 和 "
+          "top-p，看它写作，并看下一个字符的概率和一个头的注意力。请在本书网站上打开本章"
+          "（book/ch12_gpt.html），或在本章的笔记本中运行 GPT.generate。",
+}
 _NOSCRIPT = {
     "en": "This part of the page runs chapter 12's GPT in your browser; it needs JavaScript.",
     "zh": "页面的这一部分在浏览器中运行第 12 章的 GPT，需要 JavaScript。",
@@ -51,7 +70,7 @@ _NOSCRIPT = {
 
 
 def export_model(corpus: str, out_dir: Path, data_dir: Path = DATA_DIR) -> Dict[str, object]:
-    """Write ``<corpus>.json`` and ``<corpus>.<hash>.bin`` for ``data_dir/ch12_gpt_<corpus>.pt``.
+    """Write ``<corpus>.js`` (manifest and float16 weights) for ``data_dir/ch12_gpt_<corpus>.pt``.
 
     The checkpoint is loaded into :class:`d2lattn.gpt.GPT` first, so a state dict that does not
     fit its configuration fails here, at build time, and the LayerNorm epsilons are read from the
@@ -59,7 +78,8 @@ def export_model(corpus: str, out_dir: Path, data_dir: Path = DATA_DIR) -> Dict[
     rotary or learned positions, GELU (exact, erf-based) feed-forward networks.
 
     Returns:
-        the manifest written (a dict), with ``"bin_bytes"`` and ``"json_bytes"`` added.
+        the manifest written (a dict), with ``"bin_bytes"`` (the weights) and ``"js_bytes"``
+        (the script) added.
 
     Raises:
         ValueError: an unknown corpus, a checkpoint the script cannot run, or a vocabulary whose
@@ -101,13 +121,11 @@ def export_model(corpus: str, out_dir: Path, data_dir: Path = DATA_DIR) -> Dict[
         chunks.append(data.tobytes())
         offset += data.size
     blob = b"".join(chunks)
-    digest = hashlib.sha256(blob).hexdigest()[:12]
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    for old in out_dir.glob(f"{corpus}.*.bin"):
-        old.unlink()
-    bin_name = f"{corpus}.{digest}.bin"
-    (out_dir / bin_name).write_bytes(blob)
+    for old in [*out_dir.glob(f"{corpus}.*.bin"), out_dir / f"{corpus}.json"]:
+        if old.exists():  # the files of the format before the scripts
+            old.unlink()
     c = config
     manifest: Dict[str, object] = {
         "format": FORMAT,
@@ -119,16 +137,55 @@ def export_model(corpus: str, out_dir: Path, data_dir: Path = DATA_DIR) -> Dict[
         "layer_norm_eps": [block.norm1.eps, block.norm2.eps, model.norm.eps],
         "rotary_base": 10000.0,  # d2lattn.positional.rotary_embedding's default, as used
         "activation": "gelu_erf",
-        "weights": bin_name,
         "weights_bytes": len(blob),
         "sha256": hashlib.sha256(blob).hexdigest(),
         "tensors": tensors,
         "vocab": itos,
+        "from_simplified": from_simplified(itos),
     }
-    text = json.dumps(manifest, ensure_ascii=False, separators=(",", ":"))
-    (out_dir / f"{corpus}.json").write_text(text, encoding="utf-8")
+    text = (SCRIPT_PREFIX + json.dumps(corpus) + ","
+            + json.dumps(manifest, ensure_ascii=False, separators=(",", ":")) + ","
+            + json.dumps(base64.b64encode(blob).decode("ascii")) + SCRIPT_SUFFIX)
+    (out_dir / f"{corpus}.js").write_text(text, encoding="utf-8")
     assert np.frombuffer(blob, dtype="<f2").size == offset
-    return {**manifest, "bin_bytes": len(blob), "json_bytes": len(text.encode("utf-8"))}
+    return {**manifest, "bin_bytes": len(blob), "js_bytes": len(text.encode("utf-8"))}
+
+
+def read_export(path: Path) -> tuple:
+    """The ``(corpus, manifest, weights bytes)`` that an exported ``<corpus>.js`` registers."""
+    text = Path(path).read_text(encoding="utf-8")
+    if not (text.startswith(SCRIPT_PREFIX) and text.endswith(SCRIPT_SUFFIX)):
+        raise ValueError(f"{path}: not a script written by export_model")
+    corpus, manifest, weights = json.loads("[" + text[len(SCRIPT_PREFIX):-len(SCRIPT_SUFFIX)] + "]")
+    return corpus, manifest, base64.b64decode(weights)
+
+
+def from_simplified(vocab: List[str]) -> Dict[str, str]:
+    """Simplified Chinese characters outside ``vocab`` mapped to their traditional form in it.
+
+    The Tang poems are written in traditional characters; a reader typing simplified ones (觉,
+    处) would be refused. OpenCC's simplified-to-traditional table (``s2t``, the data of a
+    well-kept converter) gives each CJK character of the basic block its traditional form; a
+    character is mapped when it is not in the vocabulary itself, its form is one character, and
+    that character is. Empty for a vocabulary without CJK characters, or without OpenCC.
+    """
+    known = set(vocab)
+    if not any("\u4e00" <= c <= "\u9fff" for c in known):
+        return {}
+    try:
+        import opencc
+    except ImportError:  # the build still works; the page then refuses simplified input
+        return {}
+    convert = opencc.OpenCC("s2t").convert
+    table = {}
+    for code in range(0x4E00, 0xA000):
+        c = chr(code)
+        if c in known:
+            continue
+        t = convert(c)
+        if len(t) == 1 and t != c and t in known:
+            table[c] = t
+    return table
 
 
 def export_all(out_dir: Path, corpora: Iterable[str] = CORPORA,
@@ -147,10 +204,11 @@ class LMNode(nodes.General, nodes.Element):
 
 def _visit_html(self, node: LMNode) -> None:
     lang = "zh" if (self.builder.config.language or "en").lower().startswith("zh") else "en"
-    corpus = node["corpus"]
+    corpus = node["corpus"] or DEFAULT_CORPUS[lang]  # a Chinese reader starts with Tang poems
     self.body.append(
         f'<div class="d2lattn-lm" data-corpus="{corpus}">'
-        f'<noscript><p>{_NOSCRIPT[lang]}</p></noscript></div>\n')
+        f'<noscript><p>{_NOSCRIPT[lang]}</p></noscript></div>\n'
+        f'<p class="d2lattn-print-alternative">{PRINT_ALTERNATIVE[lang]}</p>\n')
     raise nodes.SkipNode
 
 
@@ -159,7 +217,8 @@ def _skip(self, node: LMNode) -> None:
 
 
 class LMDirective(Directive):
-    """``{d2lattn-lm}`` with an optional ``:corpus:`` (the model shown first)."""
+    """``{d2lattn-lm}`` with an optional ``:corpus:`` (the model shown first; by default
+    Shakespeare on an English page, the Tang poems on a Chinese one)."""
 
     has_content = False
     option_spec = {"corpus": lambda arg: directives.choice(arg, CORPORA)}
@@ -170,7 +229,7 @@ class LMDirective(Directive):
             env.d2lattn_lm_docs = set()
         env.d2lattn_lm_docs.add(env.docname)
         node = LMNode()
-        node["corpus"] = self.options.get("corpus", CORPORA[0])
+        node["corpus"] = self.options.get("corpus")  # None: the page's language chooses
         return [node]
 
 
@@ -200,7 +259,7 @@ def _export(app, exception) -> None:
     out = Path(app.outdir) / "_static" / EXPORT_DIR
     for corpus, info in export_all(out).items():
         print(f"d2lattn_lm: {corpus}: {info['bin_bytes'] / 1e6:.2f} MB of float16 weights, "
-              f"{info['json_bytes'] / 1e3:.0f} kB manifest")
+              f"a {info['js_bytes'] / 1e6:.2f} MB script")
 
 
 def setup(app):

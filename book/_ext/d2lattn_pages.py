@@ -94,6 +94,34 @@ def _unique_ids(text: str) -> str:
     return _REPEATED_IDS.sub(number, text)
 
 
+_OUTPUT_PRE = re.compile(
+    r'(<div class="output (?:stream|text_plain)[^"]*"><div class="highlight"><pre)>(.*?)(</pre>)',
+    re.S)
+_COLUMN_GAP = re.compile(r"\S {2,}\S")
+
+
+def is_table(text: str) -> bool:
+    """Printed output laid out in columns: at least three lines, and at least half of them
+    (and two or more) with a gap of two or more spaces between words."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    gapped = sum(1 for line in lines if _COLUMN_GAP.search(line))
+    return len(lines) >= 3 and gapped >= 2 and 2 * gapped >= len(lines)
+
+
+def mark_table_outputs(text: str) -> str:
+    """Give each printed output that is a table the class ``d2lattn-table-output``: printed
+    output wraps at the column's edge (a long message is read, not scrolled), but a table that
+    wraps loses its columns, so a table keeps its lines and scrolls in its own box
+    (d2lattn.css), on a phone too."""
+    def mark(match: re.Match) -> str:
+        plain = html.unescape(re.sub(r"<[^>]+>", "", match.group(2)))
+        if not is_table(plain):
+            return match.group(0)
+        return f'{match.group(1)} class="d2lattn-table-output">{match.group(2)}{match.group(3)}'
+
+    return _OUTPUT_PRE.sub(mark, text)
+
+
 _FONTAWESOME_SCRIPT = re.compile(
     r'[ \t]*<script defer src="(?:\.\./)*_static/scripts/fontawesome\.js[^"]*"></script>\n?')
 
@@ -127,6 +155,7 @@ def _build_finished(app, exception) -> None:
         text = page.read_text(encoding="utf-8")
         new = _PLOT_IMG.sub(lambda m: _with_min_width(m, out), text)
         new = _unique_ids(new)
+        new = mark_table_outputs(new)
         new = without_fontawesome_script(new)
         if not as_you_type and page.relative_to(out).as_posix() != "search.html":
             new = without_search_scripts(new)

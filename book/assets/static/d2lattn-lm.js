@@ -1,10 +1,10 @@
 /* Chapter 12's GPT in the page: a forward pass of d2lattn.gpt.GPT, in plain JavaScript.
  *
  * The model is the one chapter 12 trains and ships (book/data/ch12_gpt_<corpus>.pt, float16);
- * the site's build exports it to _static/d2lattn-lm/ (book/_ext/d2lattn_lm.py): <corpus>.json
- * (configuration, vocabulary, tensor offsets) and <corpus>.<hash>.bin (the float16 tensors).
- * Nothing is fetched when the page loads: the files come when the reader presses Generate (or
- * calls the API below), from the site itself. No library, no network.
+ * the site's build exports it to _static/d2lattn-lm/<corpus>.js (book/_ext/d2lattn_lm.py), a
+ * script that registers the configuration, vocabulary, tensor offsets and the float16 tensors.
+ * Nothing is loaded with the page: the script comes when the reader presses Generate (or calls
+ * the API below), from the site itself, served or opened from disk. No library, no network.
  *
  * The forward pass (d2lattn/gpt.py, transformer.py, multihead.py, positional.py):
  *   x = E[token]                                   (+ P[position] for learned positions)
@@ -15,6 +15,10 @@
  * GELU is the exact one, x * (1 + erf(x / sqrt 2)) / 2; LayerNorm's epsilon comes from the
  * manifest. Weights are the float16 values, activations are float64: the logits equal
  * PyTorch's float32 ones to about 1e-5 (tests/test_lm_widget.py checks <= 1e-3).
+ * Writing, the widget keeps a KV cache of block_size positions: one position costs the same
+ * however long the text. Past block_size the cache rolls (the oldest position is dropped and the
+ * rotary positions run on), which is not the same as re-running the last block_size characters:
+ * the kept keys were computed with older text in view (chapter 15); the page says so.
  *
  * API (for the browser's console and for tests):
  *   d2lattnLM.nextLogits(corpus, text) -> Promise<Float32Array>   the V next-character logits
@@ -27,6 +31,8 @@
  *   d2lattnLM.nextTokenProbs(logits, temperature, topK, topP) -> Float64Array   the sampling
  *       distribution of d2lattn.gpt.next_token_probs: logits / temperature, then top-k (null:
  *       off; ties at the k-th value go to the lower index), then top-p (null: off), softmax.
+ *       Temperature 0 is greedy: all the mass on the argmax (ties: the lower index). A
+ *       temperature below 0, a top-k outside [1, V] or a top-p outside (0, 1] throws.
  *       The widget samples from it; its bars show its largest entries.
  */
 (function () {
@@ -43,7 +49,7 @@
              "Generate. The weights are downloaded from this site when you first press it; " +
              "nothing is sent anywhere.",
       model: "Model", shakespeare: "Shakespeare (65 characters)", tang: "Tang poems (traditional characters)",
-      prompt: "Prompt", temperature: "Temperature", topk: "Top-k (0: off)",
+      prompt: "Prompt", temperature: "Temperature (0: greedy)", topk: "Top-k (0: off)",
       topp: "Top-p (1: off)", length: "Characters to write", generate: "Generate", stop: "Stop",
       output: "Text (prompt, then the model's characters)",
       probs: "Next character, with these settings", attention: "Attention of the last position",
@@ -54,9 +60,18 @@
       unknown: "Not in the model's vocabulary: {c}", empty: "Type a prompt first.",
       cropped: "Only the last {n} characters are read (the model's context).",
       most: "Most attended: {list}.", press: "Press Generate to load the model.",
-      file: "Opened from a file (file://), the page cannot read the model's weights. Open the " +
-            "site through a local server: python -m http.server -d _build/html, then " +
-            "http://localhost:8000/.",
+      missing: "The model's file {f} is not on this site. The site's build writes it " +
+               "(python tools/book.py build).",
+      badTemperature: "Temperature: a number from 0 (always the most likely character) up.",
+      badTopk: "Top-k: a whole number, 0 to switch the filter off.",
+      badTopp: "Top-p: a number above 0 and at most 1 (1 switches the filter off).",
+      traditional: "The Tang model knows traditional characters; simplified ones it knows in " +
+                   "their traditional form are converted.",
+      mapped: "Simplified characters read in their traditional form: {list}.",
+      rolling: "The context is full ({n} characters): from now on the model keeps its cache and " +
+               "drops the oldest position, so each new character reads the last {n} positions, " +
+               "whose keys were computed while older text was still in view (a rolling cache, " +
+               "chapter 15), not a fresh run over the last {n} characters.",
       api: "From the browser's console: await d2lattnLM.nextLogits(\"shakespeare\", \"ROMEO:\") " +
            "gives the next-character logits (see the chapter)."
     },
@@ -65,7 +80,7 @@
       intro: "本章训练的模型在你的浏览器中运行：输入提示，按“生成”。第一次按下时从本站下载权重；" +
              "不向任何地方发送数据。",
       model: "模型", shakespeare: "莎士比亚（65 个字符）", tang: "唐诗（繁体字）",
-      prompt: "提示", temperature: "温度", topk: "top-k（0 表示不用）",
+      prompt: "提示", temperature: "温度（0 表示贪心）", topk: "top-k（0 表示不用）",
       topp: "top-p（1 表示不用）", length: "生成的字符数", generate: "生成", stop: "停止",
       output: "文本（提示，然后是模型写的字符）",
       probs: "下一个字符（按当前设置）", attention: "最后一个位置的注意力",
@@ -76,8 +91,15 @@
       unknown: "不在模型的词表中：{c}", empty: "请先输入提示。",
       cropped: "只读入最后 {n} 个字符（模型的上下文）。",
       most: "注意力最大的位置：{list}。", press: "按“生成”加载模型。",
-      file: "从本地文件（file://）打开时，页面无法读取模型的权重。请用本地服务器打开网站：" +
-            "python -m http.server -d _build/html，然后访问 http://localhost:8000/。",
+      missing: "本站没有模型文件 {f}。它由网站的构建写出（python tools/book.py build）。",
+      badTemperature: "温度：从 0（总是取最可能的字符）起的数。",
+      badTopk: "top-k：整数，0 表示不用这个过滤。",
+      badTopp: "top-p：大于 0、不大于 1 的数（1 表示不用这个过滤）。",
+      traditional: "唐诗模型认识的是繁体字；它认识其繁体形式的简体字会被自动转换。",
+      mapped: "以下简体字按繁体字读入：{list}。",
+      rolling: "上下文已满（{n} 个字符）：此后模型保留它的缓存，丢掉最早的位置，所以每个新字符读的是" +
+               "最近的 {n} 个位置，而这些位置的键是在更早的文本仍在视野内时算出的（滚动缓存，见第 15 章），" +
+               "并不等于对最后 {n} 个字符重新运行一遍。",
       api: "在浏览器的控制台中：await d2lattnLM.nextLogits(\"shakespeare\", \"ROMEO:\") " +
            "给出下一个字符的 logits（见本章）。"
     }
@@ -134,11 +156,13 @@
     this.manifest = manifest;
     this.config = c;
     this.vocab = manifest.vocab;
+    this.fromSimplified = manifest.from_simplified || {};
     this.stoi = new Map();
     for (var i = 0; i < this.vocab.length; i++) this.stoi.set(this.vocab[i], i);
     this.d = c.num_hiddens; this.h = c.num_heads; this.dh = c.num_hiddens / c.num_heads;
     this.L = c.num_layers; this.F = c.ffn_num_hiddens; this.V = c.vocab_size; this.T = c.block_size;
     this.eps = manifest.layer_norm_eps;
+    this.rotaryBase = manifest.rotary_base;
     var W = {};
     manifest.tensors.forEach(function (tt) {
       var n = tt.shape.reduce(function (a, b) { return a * b; }, 1), out = new Float32Array(n);
@@ -158,16 +182,25 @@
       }
     }
   }
+  // Characters to ids. A simplified Chinese character that the model knows only in its
+  // traditional form (the Tang poems) is read as that form (manifest.from_simplified, OpenCC's
+  // table): `mapped` lists the pairs.
   Model.prototype.encode = function (text) {
-    var chars = Array.from(text), ids = [], bad = [];
+    var chars = Array.from(text), ids = [], bad = [], mapped = [], simple = this.fromSimplified;
     for (var i = 0; i < chars.length; i++) {
       var id = this.stoi.get(chars[i]);
+      if (id === undefined && simple[chars[i]] !== undefined) {
+        id = this.stoi.get(simple[chars[i]]);
+        if (mapped.indexOf(chars[i] + simple[chars[i]]) < 0) mapped.push(chars[i] + simple[chars[i]]);
+      }
       if (id === undefined) { if (bad.indexOf(chars[i]) < 0) bad.push(chars[i]); } else ids.push(id);
     }
-    return { ids: ids, bad: bad };
+    return { ids: ids, bad: bad, mapped: mapped };
   };
+  // The KV cache: block_size slots per layer, position p in slot p mod block_size. Once p
+  // reaches block_size the oldest position is overwritten: a rolling cache (chapter 15).
   Model.prototype.newState = function () {
-    var s = { len: 0, K: [], Vv: [] };
+    var s = { len: 0, K: [], Vv: [], dots: 0 };
     for (var l = 0; l < this.L; l++) {
       s.K.push(new Float64Array(this.T * this.d)); s.Vv.push(new Float64Array(this.T * this.d));
     }
@@ -190,11 +223,29 @@
     for (i = 0; i < n; i++) out[i] = (x[i] - mean) * inv * w[i] + (b ? b[i] : 0);
     return out;
   }
-  // One more position: token `id` at position state.len. Returns the attention weights of this
-  // position ([layer][head] -> Float32Array(len + 1)) and, if `readout`, the logits.
+  // cos and sin of the rotary angles at position p (float32-rounded, as rotary_embedding): from
+  // the table below block_size, computed past it (a rolling cache runs on; the angles between a
+  // query and its keys stay below block_size, the distances the model was trained on)
+  Model.prototype.angles = function (p) {
+    var half = this.dh / 2, c = new Float64Array(half), s = new Float64Array(half), q;
+    for (q = 0; q < half; q++) {
+      if (p < this.T) { c[q] = this.cos[p * half + q]; s[q] = this.sin[p * half + q]; continue; }
+      var angle = p * Math.pow(this.rotaryBase, -(2 * q) / this.dh);
+      c[q] = Math.fround(Math.cos(angle)); s[q] = Math.fround(Math.sin(angle));
+    }
+    return { cos: c, sin: s };
+  };
+  // One more position: token `id` at position state.len. It attends to the positions
+  // max(0, p - block_size + 1) .. p held by the cache. Returns the attention weights of this
+  // position ([layer][head] -> Float32Array(number of positions read)) and, if `readout`, the
+  // logits. Below block_size this is exactly GPT's forward pass over the text; past it, the
+  // keys and values of the positions kept were computed when the older text was still in view.
   Model.prototype.step = function (state, id, readout) {
-    var d = this.d, dh = this.dh, h = this.h, W = this.W, p = state.len, half = dh / 2;
-    if (p >= this.T) throw new RangeError("the context is full (block_size = " + this.T + ")");
+    var d = this.d, dh = this.dh, h = this.h, W = this.W, p = state.len, half = dh / 2, T = this.T;
+    var first = Math.max(0, p - T + 1), n = p - first + 1, rot = this.angles(p);
+    if (this.config.positions !== "rotary" && p >= T) {
+      throw new RangeError("the context is full (block_size = " + T + ")");
+    }
     var x = new Float64Array(d), a = new Float64Array(d), q = new Float64Array(d),
         k = new Float64Array(d), v = new Float64Array(d), o = new Float64Array(d),
         y = new Float64Array(d), hid = new Float64Array(this.F), i, j, l, hh;
@@ -214,7 +265,7 @@
       if (this.config.positions === "rotary") {
         for (hh = 0; hh < h; hh++) {
           for (j = 0; j < half; j++) {
-            var c = this.cos[p * half + j], s = this.sin[p * half + j], e = hh * dh + 2 * j;
+            var c = rot.cos[j], s = rot.sin[j], e = hh * dh + 2 * j;
             var q0 = q[e], q1 = q[e + 1], k0 = k[e], k1 = k[e + 1];
             q[e] = q0 * c - q1 * s; q[e + 1] = q0 * s + q1 * c;
             k[e] = k0 * c - k1 * s; k[e + 1] = k0 * s + k1 * c;
@@ -222,22 +273,24 @@
         }
       }
       var K = state.K[l], Vc = state.Vv[l];
-      K.set(k, p * d); Vc.set(v, p * d);
+      K.set(k, (p % T) * d); Vc.set(v, (p % T) * d);
       var layerWeights = [];
       for (hh = 0; hh < h; hh++) {
-        var off = hh * dh, sc = new Float64Array(p + 1), mx = -Infinity;
-        for (j = 0; j <= p; j++) {
+        var off = hh * dh, sc = new Float64Array(n), mx = -Infinity, row;
+        for (j = 0; j < n; j++) {  // sc[j]: the key at position first + j
           var dot = 0;
-          for (i = 0; i < dh; i++) dot += q[off + i] * K[j * d + off + i];
+          row = ((first + j) % T) * d + off;
+          for (i = 0; i < dh; i++) dot += q[off + i] * K[row + i];
           sc[j] = dot * scale;
           if (sc[j] > mx) mx = sc[j];
         }
         var z = 0;
-        for (j = 0; j <= p; j++) { sc[j] = Math.exp(sc[j] - mx); z += sc[j]; }
+        for (j = 0; j < n; j++) { sc[j] = Math.exp(sc[j] - mx); z += sc[j]; }
         for (i = 0; i < dh; i++) o[off + i] = 0;
-        for (j = 0; j <= p; j++) {
+        for (j = 0; j < n; j++) {
           sc[j] /= z;
-          for (i = 0; i < dh; i++) o[off + i] += sc[j] * Vc[j * d + off + i];
+          row = ((first + j) % T) * d + off;
+          for (i = 0; i < dh; i++) o[off + i] += sc[j] * Vc[row + i];
         }
         layerWeights.push(Float32Array.from(sc));
       }
@@ -251,6 +304,7 @@
       for (i = 0; i < d; i++) x[i] += y[i];
     }
     state.len = p + 1;
+    state.dots += n * h * this.L;  // query-key scores computed, for the tests
     var result = { weights: weights, logits: null };
     if (readout) {
       layerNorm(x, W["norm.weight"], W["norm.bias"], this.eps[2], a);
@@ -269,33 +323,44 @@
   };
 
   // --- loading (once per corpus, on demand) ---------------------------------------------
-  var models = {};
+  // Each model is a script, <corpus>.js, that calls d2lattnLM._register(corpus, manifest,
+  // base64 of the float16 weights): a script element loads from a web server and from file://
+  // alike (a fetch() of a file is refused by the browser).
+  var models = {}, waiting = {};
+  function register(corpus, manifest, base64) {
+    var done = waiting[corpus];
+    if (!done) return;
+    delete waiting[corpus];
+    try {
+      var bytes = atob(base64), n = bytes.length, raw = new Uint8Array(n);
+      for (var i = 0; i < n; i++) raw[i] = bytes.charCodeAt(i);
+      if (n !== manifest.weights_bytes) {
+        throw new Error(corpus + ".js: " + n + " bytes of weights, expected " + manifest.weights_bytes);
+      }
+      done.resolve(new Model(manifest, raw.buffer));
+    } catch (err) { done.reject(err); }
+  }
   function load(corpus) {
     if (CORPORA.indexOf(corpus) < 0) {
       return Promise.reject(new RangeError("corpus must be \"shakespeare\" or \"tang\", got " +
                                            JSON.stringify(corpus)));
     }
-    if (window.location.protocol === "file:") {  // the browser refuses to fetch files
-      return Promise.reject(new Error(t("file")));
-    }
     if (!models[corpus]) {
-      models[corpus] = fetch(BASE + corpus + ".json", { cache: "no-cache" })
-        .then(function (r) {
-          if (!r.ok) throw new Error(corpus + ".json: HTTP " + r.status);
-          return r.json();
-        })
-        .then(function (manifest) {
-          return fetch(BASE + manifest.weights).then(function (r) {
-            if (!r.ok) throw new Error(manifest.weights + ": HTTP " + r.status);
-            return r.arrayBuffer();
-          }).then(function (buffer) {
-            if (buffer.byteLength !== manifest.weights_bytes) {
-              throw new Error(manifest.weights + ": " + buffer.byteLength + " bytes, expected " +
-                              manifest.weights_bytes);
-            }
-            return new Model(manifest, buffer);
-          });
-        });
+      models[corpus] = new Promise(function (resolve, reject) {
+        waiting[corpus] = { resolve: resolve, reject: reject };
+        var tag = document.createElement("script");
+        tag.src = BASE + corpus + ".js";
+        tag.async = true;
+        tag.onerror = function () {
+          delete waiting[corpus];
+          reject(new Error(t("missing", { f: corpus + ".js" })));
+        };
+        tag.onload = function () {
+          if (waiting[corpus]) { delete waiting[corpus]; reject(new Error(corpus + ".js registered no model")); }
+          tag.remove();
+        };
+        document.head.appendChild(tag);
+      });
       models[corpus].catch(function () { delete models[corpus]; });  // a later try may work
     }
     return models[corpus];
@@ -315,6 +380,7 @@
   }
   var api = {
     corpora: CORPORA.slice(),
+    _register: register,
     load: function (corpus) {
       return load(corpus).then(function (m) {
         return { config: Object.assign({}, m.config), vocab: m.vocab.slice() };
@@ -342,10 +408,22 @@
     return out;
   }
   function nextTokenProbs(logits, temperature, topK, topP) {
-    if (!(temperature > 0 && isFinite(temperature))) {
-      throw new RangeError("temperature must be a positive finite number, got " + temperature);
+    if (!(temperature >= 0 && isFinite(temperature))) {
+      throw new RangeError("temperature must be a finite number >= 0, got " + temperature);
     }
     var V = logits.length, z = new Float64Array(V), i;
+    if (topK !== null && topK !== undefined && !(Number.isInteger(topK) && topK >= 1 && topK <= V)) {
+      throw new RangeError("top_k must be an integer in [1, " + V + "], got " + topK);
+    }
+    if (topP !== null && topP !== undefined && !(topP > 0 && topP <= 1)) {
+      throw new RangeError("top_p must lie in (0, 1], got " + topP);
+    }
+    if (temperature === 0) {  // the limit of a vanishing temperature: all on the argmax
+      var best = 0;           // (ties: the lowest index, as torch.argmax); filters keep it
+      for (i = 1; i < V; i++) if (logits[i] > logits[best]) best = i;
+      z[best] = 1;
+      return z;
+    }
     for (i = 0; i < V; i++) z[i] = logits[i] / temperature;
     var order = Array.from({ length: V }, function (_, j) { return j; });
     if (topK !== null && topK !== undefined) {
@@ -408,13 +486,13 @@
     CORPORA.forEach(function (c) { el("option", { value: c, text: t(c) }, corpusSel); });
     corpusSel.value = CORPORA.indexOf(root.dataset.corpus) >= 0 ? root.dataset.corpus : CORPORA[0];
     field(controls, t("model"), corpusSel, id("corpus"));
-    var temp = el("input", { id: id("temp"), type: "number", min: "0.05", max: "5", step: "0.05",
+    var temp = el("input", { id: id("temp"), type: "number", min: "0", max: "5", step: "0.05",
                              value: "0.8", "class": "d2lattn-lm-temperature" });
     field(controls, t("temperature"), temp, id("temp"));
     var topk = el("input", { id: id("topk"), type: "number", min: "0", step: "1", value: "0",
                              "class": "d2lattn-lm-topk" });
     field(controls, t("topk"), topk, id("topk"));
-    var topp = el("input", { id: id("topp"), type: "number", min: "0.05", max: "1", step: "0.05",
+    var topp = el("input", { id: id("topp"), type: "number", min: "0.01", max: "1", step: "0.05",
                              value: "0.95", "class": "d2lattn-lm-topp" });
     field(controls, t("topp"), topp, id("topp"));
     var length = el("input", { id: id("len"), type: "number", min: "1", max: "1000", step: "1",
@@ -428,8 +506,10 @@
     var go = el("button", { type: "button", "class": "d2lattn-lm-generate", text: t("generate") }, buttons);
     var stop = el("button", { type: "button", "class": "d2lattn-lm-stop", text: t("stop"),
                               disabled: "" }, buttons);
+    var settingsError = el("div", { "class": "d2lattn-lm-error", role: "alert" }, root);
     var status = el("div", { "class": "d2lattn-lm-status", role: "status", "aria-live": "polite",
                              text: t("press") }, root);
+    var note = el("p", { "class": "d2lattn-lm-note" }, root);  // what the model reads, once the cache rolls
     el("div", { "class": "d2lattn-lm-heading", id: id("out"), text: t("output") }, root);
     var output = el("pre", { "class": "d2lattn-lm-output", "aria-labelledby": id("out"),
                              tabindex: "0" }, root);
@@ -459,11 +539,19 @@
       probTable.textContent = ""; attText.textContent = ""; attSummary.textContent = "";
     }
     setDefaults();
+    // The controls' values as nextTokenProbs takes them: temperature 0 is greedy, top-k 0 and
+    // top-p 1 switch their filter off. A value outside a control's range is reported (and
+    // null returned), never replaced by another.
     function settings(model) {
-      var tau = Number(temp.value), k = Math.round(Number(topk.value)), p = Number(topp.value);
-      if (!(tau > 0)) tau = 1;
-      return { temperature: tau, topK: k >= 1 ? Math.min(k, model.V) : null,
-               topP: p > 0 && p < 1 ? p : null };
+      var tau = temp.value.trim() === "" ? NaN : Number(temp.value);
+      var k = topk.value.trim() === "" ? 0 : Number(topk.value);
+      var p = topp.value.trim() === "" ? 1 : Number(topp.value);
+      var bad = !(tau >= 0 && isFinite(tau)) ? t("badTemperature")
+        : !(Number.isInteger(k) && k >= 0) ? t("badTopk")
+        : !(p > 0 && p <= 1) ? t("badTopp") : null;
+      settingsError.textContent = bad || "";
+      if (bad) return null;
+      return { temperature: tau, topK: k >= 1 ? Math.min(k, model.V) : null, topP: p < 1 ? p : null };
     }
     function fillHeads(model) {
       if (layerSel.options.length === model.L && headSel.options.length === model.h) return;
@@ -474,7 +562,9 @@
     // Redraw the bars and the attention for the current context (last = a step's result).
     function draw(model) {
       if (!last) return;
-      var s = settings(model), probs = nextTokenProbs(last.logits, s.temperature, s.topK, s.topP);
+      var s = settings(model);
+      if (!s) { probTable.textContent = ""; return; }
+      var probs = nextTokenProbs(last.logits, s.temperature, s.topK, s.topP);
       var order = Array.from({ length: probs.length }, function (_, j) { return j; })
         .sort(function (a, b) { return probs[b] - probs[a] || a - b; }).slice(0, 8)
         .filter(function (j) { return probs[j] > 0; });  // the candidates: what a filter removed is gone
@@ -507,7 +597,13 @@
     // Run the model over the text (its last block_size characters), keep the result in `last`.
     function analyse(model, text) {
       var enc = model.encode(text);
-      if (enc.bad.length) { status.textContent = t("unknown", { c: enc.bad.join(" ") }); return null; }
+      if (enc.bad.length) {
+        status.textContent = t("unknown", { c: enc.bad.join(" ") }) +
+          (Object.keys(model.fromSimplified).length ? " " + t("traditional") : "");
+        return null;
+      }
+      note.textContent = enc.mapped.length ? t("mapped", { list: enc.mapped.map(function (m) {
+        var c = Array.from(m); return c[0] + "\u2192" + c[1]; }).join(" ") }) : "";
       if (!enc.ids.length) { status.textContent = t("empty"); return null; }
       var chars = Array.from(text).slice(-model.T), ids = enc.ids.slice(-model.T);
       last = model.run(ids);
@@ -532,6 +628,8 @@
       var token = { stop: false };
       running = token;
       go.disabled = true; stop.disabled = false;
+      output.dataset.done = "0";  // at once: a test (or a reader's script) waits for "1"
+      note.textContent = "";
       withModel().then(function (model) {
         var text = prompt.value;
         if (!analyse(model, text)) { finish(); return; }
@@ -539,7 +637,7 @@
         else status.textContent = t("writing");
         outPrompt.textContent = text; outNew.textContent = ""; generated = "";
         var want = Math.max(1, Math.min(1000, Math.round(Number(length.value)) || 1)), count = 0;
-        var state = last.state, ids = last.ids.slice(), chars = last.chars.slice();
+        var state = last.state, ids = last.ids.slice(), chars = last.chars.slice(), rolled = false;
         function tick() {
           if (token.stop || count >= want) {
             status.textContent = t(token.stop ? "stopped" : "done", { n: count });
@@ -550,19 +648,24 @@
           var t0 = performance.now();
           while (count < want && !token.stop && performance.now() - t0 < 30) {
             var s = settings(model);
+            if (!s) { token.stop = true; break; }  // the message is shown beside the controls
             var next = sample(nextTokenProbs(last.logits, s.temperature, s.topK, s.topP));
             var ch = model.vocab[next];
             generated += ch; count++;
             ids.push(next); chars.push(ch);
-            if (state.len < model.T) {  // the cache has room: one more position
+            if (state.len < model.T || model.config.positions === "rotary") {
+              // one more position; past block_size the cache rolls (the oldest position goes)
+              if (state.len >= model.T && !rolled) { rolled = true; note.textContent = (note.textContent ? note.textContent + " " : "") + t("rolling", { n: model.T }); }
               var r = model.step(state, next, true);
               last.logits = r.logits; last.weights = r.weights;
-            } else {  // as GPT.generate without a cache: the last block_size characters again
+              chars = chars.slice(-model.T);
+            } else {  // learned positions stop at block_size: the last block_size characters again
               ids = ids.slice(-model.T); chars = chars.slice(-model.T);
               var full = model.run(ids);
               state = full.state; last.logits = full.logits; last.weights = full.weights;
             }
             last.chars = chars;
+            output.dataset.dots = String(state.dots);
           }
           outNew.textContent = generated;
           output.dataset.count = String(count);
@@ -595,6 +698,7 @@
       clearTimeout(pending);
       pending = setTimeout(function () {
         models[corpus].then(function (m) {
+          if (running) return;  // Generate was pressed meanwhile: its run owns the output
           outPrompt.textContent = ""; outNew.textContent = ""; generated = "";
           if (analyse(m, prompt.value)) status.textContent = "";
         });

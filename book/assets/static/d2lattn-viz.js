@@ -474,6 +474,16 @@
     var model = ctx.model, host = ctx.el, input = model.get("input") || {}, status = null;
     var w = words(model.get("spec"));
     host.classList.add("d2lattn-viz-widget");
+    // The figure's controls keep their keys: JupyterLab's shortcuts (arrows move between
+    // cells in command mode, A/B add cells...) are suppressed inside the figure (Lumino reads
+    // data-lm-suppress-shortcuts), and a key pressed on a control goes no further than it.
+    host.setAttribute("data-lm-suppress-shortcuts", "true");
+    host.addEventListener("keydown", function (e) {
+      if (e.target !== host && e.target.closest &&
+          e.target.closest("input, select, textarea, button, [role=radio], [role=radiogroup]")) {
+        e.stopPropagation();
+      }
+    });
     if (typeof input.value === "string") {
       // data-lm-suppress-shortcuts: JupyterLab's keys (Enter, A, Shift+Enter...) stay out
       var form = el("form", { "class": "d2lattn-viz-input", "data-lm-suppress-shortcuts": "true" }, host);
