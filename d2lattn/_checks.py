@@ -768,11 +768,98 @@ def check_logits(logits: object) -> None:
         raise ValueError("logits must be a float tensor of shape (..., V)")
 
 
-def check_temperature(temperature: object) -> None:
-    """Raise ``ValueError`` unless ``temperature`` is a positive finite number (d2lattn.gpt)."""
+def check_stream_scorer(model: object, data: object, extra: int) -> None:
+    """The checks every scorer of a token stream shares (d2lattn.gpt's ``held_out_losses`` and
+    ``sliding_window_losses``): a causal GPT (a model with a ``config`` that has ``causal``,
+    ``vocab_size`` and ``block_size``), 1-D integer tokens of its vocabulary, more than
+    ``block_size + extra`` of them."""
+    config = getattr(model, "config", None)
+    if not all(hasattr(config, a) for a in ("causal", "vocab_size", "block_size")):
+        raise ValueError(f"model must be a GPT, got {type(model).__name__}")
+    if not config.causal:
+        raise ValueError("model must be causal (config.causal=True): a bidirectional model "
+                         "sees the tokens it is asked to predict")
+    if not isinstance(data, Tensor) or data.dim() != 1:
+        raise ValueError(f"data must be a 1-D LongTensor of tokens (N,), got "
+                         f"{getattr(data, 'shape', type(data).__name__)}")
+    check_tokens(data[None], "data", config.vocab_size)
+    T = config.block_size
+    if data.numel() <= T + extra:
+        raise ValueError(f"data must hold more than block_size{f' + {extra}' if extra else ''}"
+                         f" = {T + extra} tokens, got {data.numel()}")
+
+
+def check_block_sparse_qkv(queries: Tensor, keys: Tensor,
+                           values: Tensor) -> Tuple[int, int, int, int]:
+    """``(B, h, T_q, T_k)`` of 4-D float queries, keys and values of one dtype that fit together,
+    ``T_k >= 1`` (d2lattn.sparse)."""
+    for name, x in (("queries", queries), ("keys", keys), ("values", values)):
+        if not isinstance(x, Tensor) or x.dim() != 4 or not x.is_floating_point():
+            raise ValueError(f"{name} must be a float tensor of shape (B, h, T, d), got "
+                             f"{getattr(x, 'shape', type(x).__name__)}")
+    B, h, T_q, d = queries.shape
+    if keys.shape[:2] != (B, h) or keys.shape[-1] != d:
+        raise ValueError(f"keys must have shape (B, h, T_k, d) = ({B}, {h}, T_k, {d}), got "
+                         f"{tuple(keys.shape)}")
+    if values.shape[:3] != keys.shape[:3]:
+        raise ValueError(f"values must have shape (B, h, T_k, d_v) with (B, h, T_k) = "
+                         f"{tuple(keys.shape[:3])}, got {tuple(values.shape)}")
+    if not queries.dtype == keys.dtype == values.dtype:
+        raise ValueError("queries, keys and values must share one dtype, got "
+                         f"{queries.dtype}, {keys.dtype}, {values.dtype}")
+    T_k = keys.shape[2]
+    if T_k < 1:
+        raise ValueError("keys must hold at least one position (T_k >= 1)")
+    return B, h, T_q, T_k
+
+
+def check_block_selection(block_index: Tensor, B: int, h: int, T_q: int, num_blocks: int) -> Tensor:
+    """``block_index`` broadcast to ``(B, h, T_q, k)``, after its shape and values are checked:
+    block numbers in ``[0, num_blocks)`` or ``-1``, no block twice for one query
+    (d2lattn.sparse)."""
+    if not isinstance(block_index, Tensor) or block_index.dim() != 4 or \
+            block_index.is_floating_point() or block_index.dtype == torch.bool:
+        raise ValueError("block_index must be an integer tensor of shape (B, h, T_q, k), got "
+                         f"{getattr(block_index, 'shape', type(block_index).__name__)}")
+    b, hh, t, k = block_index.shape
+    if b not in (1, B) or hh not in (1, h) or t != T_q or k < 1:
+        raise ValueError(f"block_index must have shape ({B} or 1, {h} or 1, T_q = {T_q}, k >= 1), "
+                         f"got {tuple(block_index.shape)}")
+    if block_index.numel():
+        low, high = int(block_index.min()), int(block_index.max())
+        if low < -1 or high >= num_blocks:
+            raise ValueError(f"block_index must hold block numbers in [0, {num_blocks}) or -1 for "
+                             f"an empty slot, got values in [{low}, {high}]")
+        ordered = block_index.sort(dim=-1).values
+        repeated = (ordered[..., 1:] == ordered[..., :-1]) & (ordered[..., 1:] >= 0)
+        if bool(repeated.any()):
+            raise ValueError("block_index names a block twice for one query: each block may be "
+                             "selected once")
+    return block_index.long().expand(B, h, T_q, k)
+
+
+def check_finite_gradients(model: torch.nn.Module, step: int) -> None:
+    """Raise ``FloatingPointError`` before an optimizer step if a gradient is not finite
+    (d2lattn.training): one host read per step (the loss is already read), so the weights are
+    never updated with NaN."""
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    if grads and not bool(torch.stack([g.detach().float().isfinite().all()
+                                       for g in grads]).all()):
+        bad = [n for n, p in model.named_parameters()
+               if p.grad is not None and not bool(p.grad.isfinite().all())]
+        raise FloatingPointError(f"step {step}: the loss is finite but the gradients of "
+                                 f"{bad[:3]}{' ...' if len(bad) > 3 else ''} are not (NaN "
+                                 f"or inf); no update was made")
+
+
+def check_temperature(temperature: object, *, allow_zero: bool = False) -> None:
+    """Raise ``ValueError`` unless ``temperature`` is a positive finite number, or ``0`` where
+    ``allow_zero`` (greedy decoding, the limit of ever smaller temperatures) (d2lattn.gpt)."""
     if (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
-            or not temperature > 0 or not math.isfinite(temperature)):
-        raise ValueError(f"temperature must be a positive finite number, got {temperature!r}")
+            or not (temperature > 0 or (allow_zero and temperature == 0))
+            or not math.isfinite(temperature)):
+        kind = "finite number >= 0" if allow_zero else "positive finite number"
+        raise ValueError(f"temperature must be a {kind}, got {temperature!r}")
 
 
 def check_top_k(top_k: object, vocab_size: int, *, optional: bool = False) -> None:

@@ -38,6 +38,7 @@ from ._checks import (
     check_mask_rate,
     check_non_negative_ints,
     check_positive_ints,
+    check_stream_scorer,
     check_temperature,
     check_tokens,
     check_top_k,
@@ -245,13 +246,6 @@ def top_p_filter(logits: Tensor, p: float) -> Tensor:
     return logits.masked_fill(~keep, float("-inf"))
 
 
-def _check_temperature(temperature: float) -> None:
-    """A finite temperature ``>= 0`` (0: greedy, the limit of ever smaller temperatures)."""
-    if not (isinstance(temperature, (int, float)) and not isinstance(temperature, bool)
-            and temperature == 0):
-        check_temperature(temperature)
-
-
 def next_token_probs(logits: Tensor, *, temperature: float = 1.0, top_k: Optional[int] = None,
                      top_p: Optional[float] = None) -> Tensor:
     """The sampling distribution: logits divided by the temperature, then top-k, then top-p.
@@ -290,7 +284,7 @@ def next_token_probs(logits: Tensor, *, temperature: float = 1.0, top_k: Optiona
         tensor([1., 0., 0.])
     """
     check_logits(logits)
-    _check_temperature(temperature)
+    check_temperature(temperature, allow_zero=True)
     wide = logits.to(torch.promote_types(logits.dtype, torch.float32))  # (..., V)
     if temperature == 0:
         if wide.shape[-1] == 0:
@@ -508,7 +502,7 @@ class GPT(nn.Module):
             raise ValueError("prompt must be an integer tensor of shape (B, T0) with T0 >= 1")
         check_non_negative_ints(max_new_tokens=max_new_tokens)
         check_bool(greedy=greedy)
-        _check_temperature(temperature)
+        check_temperature(temperature, allow_zero=True)
         if greedy and (temperature != 1.0 or top_k is not None or top_p is not None):
             raise ValueError("greedy=True takes the argmax: leave temperature, top_k and top_p "
                              "at their defaults")
@@ -684,25 +678,6 @@ def train_lm(model: GPT, data: Tensor, *, steps: int, batch_size: int = 32, lr: 
                callback=callback)
 
 
-def _check_stream(model: GPT, data: Tensor, extra: int) -> None:
-    """The checks every scorer of a token stream shares (:func:`held_out_losses`,
-    :func:`sliding_window_losses`): a causal :class:`GPT`, 1-D integer tokens of its
-    vocabulary, more than ``block_size + extra`` of them."""
-    if not isinstance(model, GPT):
-        raise ValueError(f"model must be a GPT, got {type(model).__name__}")
-    if not model.config.causal:
-        raise ValueError("model must be causal (config.causal=True): a bidirectional model "
-                         "sees the tokens it is asked to predict")
-    if not isinstance(data, Tensor) or data.dim() != 1:
-        raise ValueError(f"data must be a 1-D LongTensor of tokens (N,), got "
-                         f"{getattr(data, 'shape', type(data).__name__)}")
-    check_tokens(data[None], "data", model.config.vocab_size)
-    T = model.config.block_size
-    if data.numel() <= T + extra:
-        raise ValueError(f"data must hold more than block_size{f' + {extra}' if extra else ''}"
-                         f" = {T + extra} tokens, got {data.numel()}")
-
-
 @torch.no_grad()
 def held_out_losses(model: GPT, data: Tensor, *, batch_size: int = 64,
                     max_windows: Optional[int] = None) -> Tensor:
@@ -728,7 +703,7 @@ def held_out_losses(model: GPT, data: Tensor, *, batch_size: int = 64,
         ValueError: a model that is not a causal :class:`GPT`, ``data`` not 1-D tokens of its
             vocabulary or too short, sizes that are not positive integers.
     """
-    _check_stream(model, data, 0)
+    check_stream_scorer(model, data, 0)
     T = model.config.block_size
     check_positive_ints(batch_size=batch_size)
     if max_windows is not None:
@@ -782,7 +757,7 @@ def sliding_window_losses(model: GPT, data: Tensor, *, stride: Optional[int] = N
     non-overlapping windows (whose first tokens suffer the "early token curse"), with a
     stride of half a window; book chapter 12.
     """
-    _check_stream(model, data, 1)
+    check_stream_scorer(model, data, 1)
     T = model.config.block_size
     stride = T // 2 if stride is None else stride
     check_positive_ints(stride=stride, batch_size=batch_size)

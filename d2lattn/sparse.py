@@ -38,6 +38,9 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
+from ._checks import (check_block_selection, check_block_sparse_qkv, check_non_negative_ints,
+                      check_positive_ints)
+
 __all__ = [
     "block_sparse_attention",
     "block_sparse_attention_reference",
@@ -51,60 +54,6 @@ __all__ = [
     "window_selection",
     "NativeSparseAttention",
 ]
-
-
-# ---------------------------------------------------------------------------------------------
-# checks
-
-
-def _check_positive_int(**kwargs: object) -> None:
-    for name, value in kwargs.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
-
-
-def _check_qkv(queries: Tensor, keys: Tensor, values: Tensor) -> Tuple[int, int, int, int]:
-    for name, x in (("queries", queries), ("keys", keys), ("values", values)):
-        if not isinstance(x, Tensor) or x.dim() != 4 or not x.is_floating_point():
-            raise ValueError(f"{name} must be a float tensor of shape (B, h, T, d), got "
-                             f"{getattr(x, 'shape', type(x).__name__)}")
-    B, h, T_q, d = queries.shape
-    if keys.shape[:2] != (B, h) or keys.shape[-1] != d:
-        raise ValueError(f"keys must have shape (B, h, T_k, d) = ({B}, {h}, T_k, {d}), got "
-                         f"{tuple(keys.shape)}")
-    if values.shape[:3] != keys.shape[:3]:
-        raise ValueError(f"values must have shape (B, h, T_k, d_v) with (B, h, T_k) = "
-                         f"{tuple(keys.shape[:3])}, got {tuple(values.shape)}")
-    if not queries.dtype == keys.dtype == values.dtype:
-        raise ValueError("queries, keys and values must share one dtype, got "
-                         f"{queries.dtype}, {keys.dtype}, {values.dtype}")
-    T_k = keys.shape[2]
-    if T_k < 1:
-        raise ValueError("keys must hold at least one position (T_k >= 1)")
-    return B, h, T_q, T_k
-
-
-def _check_selection(block_index: Tensor, B: int, h: int, T_q: int, num_blocks: int) -> Tensor:
-    """``block_index`` broadcast to ``(B, h, T_q, k)``, after its shape and values are checked."""
-    if not isinstance(block_index, Tensor) or block_index.dim() != 4 or \
-            block_index.is_floating_point() or block_index.dtype == torch.bool:
-        raise ValueError("block_index must be an integer tensor of shape (B, h, T_q, k), got "
-                         f"{getattr(block_index, 'shape', type(block_index).__name__)}")
-    b, hh, t, k = block_index.shape
-    if b not in (1, B) or hh not in (1, h) or t != T_q or k < 1:
-        raise ValueError(f"block_index must have shape ({B} or 1, {h} or 1, T_q = {T_q}, k >= 1), "
-                         f"got {tuple(block_index.shape)}")
-    if block_index.numel():
-        low, high = int(block_index.min()), int(block_index.max())
-        if low < -1 or high >= num_blocks:
-            raise ValueError(f"block_index must hold block numbers in [0, {num_blocks}) or -1 for "
-                             f"an empty slot, got values in [{low}, {high}]")
-        ordered = block_index.sort(dim=-1).values
-        repeated = (ordered[..., 1:] == ordered[..., :-1]) & (ordered[..., 1:] >= 0)
-        if bool(repeated.any()):
-            raise ValueError("block_index names a block twice for one query: each block may be "
-                             "selected once")
-    return block_index.long().expand(B, h, T_q, k)
 
 
 def _num_blocks(num_keys: int, block_size: int) -> int:
@@ -137,10 +86,10 @@ def selection_mask(block_index: Tensor, num_keys: int, *, block_size: int,
         tensor([[[[0, 0, 1, 1],
                   [1, 1, 0, 0]]]], dtype=torch.int32)
     """
-    _check_positive_int(num_keys=num_keys, block_size=block_size)
+    check_positive_ints(num_keys=num_keys, block_size=block_size)
     b, hh, T_q, _ = block_index.shape if isinstance(block_index, Tensor) and \
         block_index.dim() == 4 else (1, 1, 0, 0)
-    index = _check_selection(block_index, b, hh, T_q, _num_blocks(num_keys, block_size))
+    index = check_block_selection(block_index, b, hh, T_q, _num_blocks(num_keys, block_size))
     key_block = torch.arange(num_keys, device=index.device) // block_size  # (T_k,)
     mask = (index[..., :, None] == key_block).any(dim=-2)  # (B, h, T_q, T_k)
     if causal:
@@ -207,9 +156,9 @@ def block_sparse_attention_reference(queries: Tensor, keys: Tensor, values: Tens
     Raises:
         ValueError: shapes that do not fit, mixed dtypes, a bad selection or block size.
     """
-    B, h, T_q, T_k = _check_qkv(queries, keys, values)
-    _check_positive_int(block_size=block_size)
-    index = _check_selection(block_index, B, h, T_q, _num_blocks(T_k, block_size))
+    B, h, T_q, T_k = check_block_sparse_qkv(queries, keys, values)
+    check_positive_ints(block_size=block_size)
+    index = check_block_selection(block_index, B, h, T_q, _num_blocks(T_k, block_size))
     c = 1 / math.sqrt(queries.shape[-1]) if scale is None else float(scale)
     acc = _acc(queries.dtype)
     read = selection_mask(index, T_k, block_size=block_size, causal=causal)  # (B, h, T_q, T_k)
@@ -248,12 +197,12 @@ def block_sparse_attention(queries: Tensor, keys: Tensor, values: Tensor, block_
         >>> torch.allclose(out, ref)
         True
     """
-    B, h, T_q, T_k = _check_qkv(queries, keys, values)
-    _check_positive_int(block_size=block_size)
+    B, h, T_q, T_k = check_block_sparse_qkv(queries, keys, values)
+    check_positive_ints(block_size=block_size)
     n = _num_blocks(T_k, block_size)
-    index = _check_selection(block_index, B, h, T_q, n)  # (B, h, T_q, k)
+    index = check_block_selection(block_index, B, h, T_q, n)  # (B, h, T_q, k)
     if query_chunk is not None:
-        _check_positive_int(query_chunk=query_chunk)
+        check_positive_ints(query_chunk=query_chunk)
         if query_chunk < T_q:
             return torch.cat([
                 _gathered(queries[:, :, i:i + query_chunk], keys, values,
@@ -331,8 +280,8 @@ def moba_select(queries: Tensor, keys: Tensor, *, block_size: int, top_k: int,
 
     Source: Lu et al. (2025), arXiv 2502.13189, section 2.2, equations (3)-(5).
     """
-    B, h, T_q, T_k = _check_qkv(queries, keys, keys)
-    _check_positive_int(block_size=block_size, top_k=top_k)
+    B, h, T_q, T_k = check_block_sparse_qkv(queries, keys, keys)
+    check_positive_ints(block_size=block_size, top_k=top_k)
     n = _num_blocks(T_k, block_size)
     acc = _acc(queries.dtype)
     pad = n * block_size - T_k
@@ -382,7 +331,7 @@ def strided_selection(num_tokens: int, *, block_size: int, local_blocks: int,
 
     Source: Child et al. (2019), arXiv 1904.10509, section 4.2 (strided attention).
     """
-    _check_positive_int(num_tokens=num_tokens, block_size=block_size, local_blocks=local_blocks,
+    check_positive_ints(num_tokens=num_tokens, block_size=block_size, local_blocks=local_blocks,
                         stride=stride)
     n = _num_blocks(num_tokens, block_size)
     rows = [{j for j in range(max(0, b - local_blocks + 1), b + 1)}
@@ -406,10 +355,8 @@ def bigbird_selection(num_tokens: int, *, block_size: int, window_blocks: int = 
     Source: Zaheer et al. (2020), arXiv 2007.14062, section 2 (BigBird-ITC) and appendix D
     (the blocked form).
     """
-    _check_positive_int(num_tokens=num_tokens, block_size=block_size, window_blocks=window_blocks)
-    for name, value in (("global_blocks", global_blocks), ("random_blocks", random_blocks)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    check_positive_ints(num_tokens=num_tokens, block_size=block_size, window_blocks=window_blocks)
+    check_non_negative_ints(global_blocks=global_blocks, random_blocks=random_blocks)
     n = _num_blocks(num_tokens, block_size)
     half = window_blocks // 2
     rows = []
@@ -473,7 +420,7 @@ def indexer_select(scores: Tensor, *, top_k: int, causal: bool = True) -> Tensor
     if not isinstance(scores, Tensor) or scores.dim() != 3 or not scores.is_floating_point():
         raise ValueError("scores must be a float tensor of shape (B, T_q, T_k), got "
                          f"{getattr(scores, 'shape', type(scores).__name__)}")
-    _check_positive_int(top_k=top_k)
+    check_positive_ints(top_k=top_k)
     _, T_q, T_k = scores.shape
     if causal:
         if T_q > T_k:
@@ -498,7 +445,7 @@ def window_selection(num_tokens: int, window: int) -> Tensor:
     Returns:
         ``(1, 1, T, window)`` int64.
     """
-    _check_positive_int(num_tokens=num_tokens, window=window)
+    check_positive_ints(num_tokens=num_tokens, window=window)
     t = torch.arange(num_tokens)[:, None]
     tokens = t - torch.arange(window - 1, -1, -1)[None, :]  # (T, window), increasing
     return torch.where(tokens >= 0, tokens, torch.full_like(tokens, -1))[None, None]
@@ -545,7 +492,7 @@ class NativeSparseAttention(torch.nn.Module):
     def __init__(self, num_hiddens: int, num_heads: int, *, block_size: int, top_n: int,
                  window: int, bias: bool = False) -> None:
         super().__init__()
-        _check_positive_int(num_hiddens=num_hiddens, num_heads=num_heads, block_size=block_size,
+        check_positive_ints(num_hiddens=num_hiddens, num_heads=num_heads, block_size=block_size,
                             top_n=top_n, window=window)
         if num_hiddens % num_heads:
             raise ValueError(f"num_hiddens ({num_hiddens}) must be divisible by num_heads "

@@ -42,7 +42,7 @@ from typing import Callable, List, Optional
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_positive_ints, check_positive_or_none
+from ._checks import check_finite_gradients, check_positive_ints, check_positive_or_none
 
 __all__ = ["fit"]
 
@@ -123,7 +123,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batch_loss: Callable
                 break
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            _check_gradients(model, i + 1)
+            check_finite_gradients(model, i + 1)
             if clip is not None:
                 nn.utils.clip_grad_norm_(model.parameters(), clip)
             optimizer.step()
@@ -134,16 +134,3 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, batch_loss: Callable
     finally:  # also after an error: the model is not left training
         model.eval()
     return losses
-
-
-def _check_gradients(model: nn.Module, step: int) -> None:
-    """Raise before the step if a gradient is not finite: one host read per step (the loss
-    is already read), so the weights are never updated with NaN."""
-    grads = [p.grad for p in model.parameters() if p.grad is not None]
-    if grads and not bool(torch.stack([g.detach().float().isfinite().all()
-                                       for g in grads]).all()):
-        bad = [n for n, p in model.named_parameters()
-               if p.grad is not None and not bool(p.grad.isfinite().all())]
-        raise FloatingPointError(f"step {step}: the loss is finite but the gradients of "
-                                 f"{bad[:3]}{' ...' if len(bad) > 3 else ''} are not (NaN "
-                                 f"or inf); no update was made")
