@@ -269,6 +269,9 @@ def sparse_to_edge_index(adjacency: Tensor) -> Tensor:
         >>> sparse_to_edge_index(A)
         tensor([[1],
                 [0]])
+
+    Source: the edge-list convention of PyTorch Geometric (Fey and Lenssen 2019), messages
+    flowing from ``edge_index[0]`` to ``edge_index[1]``.
     """
     if adjacency.layout != torch.sparse_coo:
         adjacency = adjacency.to_sparse_coo()
