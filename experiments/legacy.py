@@ -4,8 +4,8 @@
 
 Each function takes a chapter's committed table and returns its runs as (config, row) pairs, in
 the order that makes the experiment's ``table`` give the committed table back, byte for byte
-(``python -m experiments table NAME --check``). The rows carry the code version
-``legacy:COMMIT``, the last commit that changed the table. Kept as the record of how the
+(``python -m experiments table NAME --check``). The rows carry the experiment's ``VERSION`` (so
+that ``run`` skips them) and, as ``commit``, the last commit that changed the table. Kept as the record of how the
 results files began; the runner never calls it.
 """
 
@@ -16,6 +16,10 @@ import subprocess
 import sys
 
 from experiments import runner
+
+
+#: the torch version of tables that do not name it (that of the repository's other tables)
+TORCH = {}
 
 
 def ch8_positions(t):
@@ -31,6 +35,23 @@ def ch8_positions(t):
                        {"accuracy": entry["accuracy"][e][str(seed)]})
 
 
+def ch12_lr_sweep(t):
+    yield {"legacy table fields": True}, {
+        "cpu_seconds_last_invocation": t["cpu_seconds_last_invocation"]}
+    for r in t["runs"]:
+        yield {"seed": r["seed"], "lr": r["lr"], "recipe": r["recipe"], "steps": t["steps"]}, r
+
+
+def ch12_mlm(t):
+    for r in t["rows"]:
+        yield {"seed": r["seed"]}, r
+
+
+def ch12_tang_seeds(t):
+    for r in t["rows"]:
+        yield {"seed": r["seed"]}, r
+
+
 def convert(name: str) -> None:
     module = runner.load(name)
     table = json.loads(module.TABLE.read_text(encoding="utf-8"))
@@ -40,7 +61,9 @@ def convert(name: str) -> None:
     path.unlink(missing_ok=True)
     for config, row in globals()[name](table):
         runner.append_result(path, {"experiment": name, "config": config,
-                                    "code": f"legacy:{commit}", "row": row})
+                                    "code": runner.code_version(module), "commit": commit,
+                                    "row": row,
+                                    "torch": table.get("torch", TORCH.get(name))})
 
 
 if __name__ == "__main__":

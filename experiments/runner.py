@@ -10,19 +10,22 @@ An experiment is a module of this package that declares
   the run's ``config`` and ``row``, in the order of the results file);
 * ``TABLE``: the chapter's table in ``book/data``; ``INDENT``: how that file is indented;
 * ``cpu_seconds(config) -> float``: an estimate of one run's CPU time (one thread);
-* ``TIMING_KEYS``: the keys of a row that measure time (left out when two rows are compared).
+* ``TIMING_KEYS``: the keys of a row that measure time (left out when two rows are compared);
+* ``VERSION``: the code version of its rows, bumped when a change alters what a run computes.
 
 Results live in ``experiments/results/NAME.jsonl``, one JSON object per line::
 
-    {"experiment": NAME, "config": {...}, "code": VERSION, "row": {...}, "cpu_seconds": ...}
+    {"experiment": NAME, "config": {...}, "code": VERSION, "commit": ..., "row": {...},
+     "cpu_seconds": ..., "wall_seconds": ..., "host": ..., "device": ..., "torch": ...}
 
 or, for a run that raised, ``"error": "ValueError: ..."`` instead of ``row``. A line is
 appended (and flushed to disk) the moment its run finishes; a rerun skips every config that
 already has a row made by the same code version, so an interrupted sweep resumes where it
-stopped and loses at most the runs that were in flight. The code version is the hash of the
-experiment module's source (``code_version``); rows converted from the tables committed before
-this runner carry ``legacy:`` and the commit of the table they came from. The table takes, for
-each config, its last row in the file, whatever code made it.
+stopped and loses at most the runs that were in flight. The code version is the module's
+``VERSION``, which whoever changes what a run computes bumps (then every run is made again);
+each record also names the git commit of the checkout that made it (``commit``; rows converted
+from the tables committed before this runner name the last commit of their table). The table
+takes, for each config, its last row in the file.
 """
 
 from __future__ import annotations
@@ -65,8 +68,24 @@ def key(config: dict) -> str:
 
 
 def code_version(module: ModuleType) -> str:
-    """The first 12 hex digits of the SHA-256 of the experiment module's source file."""
+    """The experiment's ``VERSION`` (bumped by whoever changes what a run computes), else the
+    first 12 hex digits of the SHA-256 of the module's source file."""
+    if hasattr(module, "VERSION"):
+        return str(module.VERSION)
     return hashlib.sha256(Path(module.__file__).read_bytes()).hexdigest()[:12]
+
+
+def git_commit() -> str:
+    """The checkout's commit, with ``+`` when it has uncommitted changes (provenance only)."""
+    import subprocess
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
+                              capture_output=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=ROOT, text=True, capture_output=True).stdout.strip()
+        return head + ("+" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
 
 
 def results_path(name: str) -> Path:
@@ -116,6 +135,24 @@ def latest_rows(records: list[dict], name: str | None = None) -> list[dict]:
     return list(last.values())
 
 
+def header(records: list[dict]) -> tuple[dict, list[dict]]:
+    """Split off the fields of a committed table that no run gives (a legacy record whose
+    config is ``{"legacy table fields": true}``, see legacy.py) from the runs' records."""
+    fields, runs = {}, []
+    for r in records:
+        if r["config"] == {"legacy table fields": True}:
+            fields.update(r["row"])
+        else:
+            runs.append(r)
+    return fields, runs
+
+
+def torch_version(records: list[dict], default: str | None = None) -> str | None:
+    """The torch version of the records' runs (the last one's, if they differ)."""
+    versions = [r["torch"] for r in records if r.get("torch")]
+    return versions[-1] if versions else default
+
+
 def build_table(name: str, path: Path | None = None) -> dict:
     module = load(name)
     short = name.rsplit(".", 1)[-1]
@@ -144,6 +181,7 @@ def run_one(name: str, config: dict, threads: int = 1, device: str = "cpu") -> d
     out["wall_seconds"] = round(time.perf_counter() - wall, 2)
     out["host"] = socket.gethostname()
     out["device"] = device
+    out["torch"] = torch.__version__
     return out
 
 
@@ -226,7 +264,7 @@ def execute(name: str, *, seeds=None, smoke=False, workers=None, address=None,
     module = load(name)
     short = name.rsplit(".", 1)[-1]
     out = Path(out) if out else results_path(short)
-    code = code_version(module)
+    code, commit = code_version(module), git_commit()
     configs = [c for c in module.grid(seeds=seeds, smoke=smoke)
                if all(str(c.get(k)) == str(v) for k, v in (where or {}).items())]
     done_keys = {key(r["config"]) for r in read_results(out)
@@ -238,7 +276,7 @@ def execute(name: str, *, seeds=None, smoke=False, workers=None, address=None,
         f"{len(todo)} to run ({'sequential' if sequential else 'Ray'})")
 
     def record(config, result):
-        rec = {"experiment": short, "config": config, "code": code, **result}
+        rec = {"experiment": short, "config": config, "code": code, "commit": commit, **result}
         if "error" in rec:
             counts["failed"] += 1
             log(f"  FAILED {key(config)}: {rec['error']}")
