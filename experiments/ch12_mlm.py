@@ -84,9 +84,9 @@ def run(config: dict) -> dict:
     V = len(tok)
     mask_id = V  # one more token: the mask
     train, held_out = tok.encode(split.train), tok.encode(split.held_out)
-    config = GPTConfig(**{**gpt_json["config"], "vocab_size": V + 1, "causal": False})
+    gpt_config = GPTConfig(**{**gpt_json["config"], "vocab_size": V + 1, "causal": False})
     torch.manual_seed(seed)
-    mlm = GPT(config).to(device)
+    mlm = GPT(gpt_config).to(device)
     start = time.process_time()
     steps = config.get("steps", gpt_json["steps"])
     losses = train_lm(mlm, train, steps=steps, batch_size=gpt_json["batch_size"],
@@ -96,9 +96,9 @@ def run(config: dict) -> dict:
     state = {k: half.setdefault(v.data_ptr(), v.to("cpu", torch.float16))
              for k, v in mlm.state_dict().items()}
     if seed == 0 and "steps" not in config:  # the chapter's checkpoint
-        torch.save({"config": vars(config), "state_dict": state},
+        torch.save({"config": vars(gpt_config), "state_dict": state},
                    OUT / f"ch12_mlm_{CORPUS}.pt")
-    mlm = GPT(config)  # score the float16 weights, as the chapter loads them
+    mlm = GPT(gpt_config)  # score the float16 weights, as the chapter loads them
     mlm.load_state_dict({k: v.float() for k, v in state.items()})
     mlm.eval()
     gpt = load(OUT / f"ch12_gpt_{CORPUS}{'' if seed == 0 else f'_seed{seed}'}.pt")

@@ -18,10 +18,6 @@ import sys
 from experiments import runner
 
 
-#: the torch version of tables that do not name it (that of the repository's other tables)
-TORCH = {}
-
-
 def ch8_positions(t):
     from experiments.ch8_positions import SETTINGS
     for name, entry in t["settings"].items():
@@ -52,6 +48,29 @@ def ch12_tang_seeds(t):
         yield {"seed": r["seed"]}, r
 
 
+def gpt_variants(t):
+    for r in t["runs"]:
+        yield {"variant": r["variant"], "seed": r["seed"]}, r
+
+
+def ch10_sweep(t):
+    for name, m in t["models"].items():
+        for i, seed in enumerate(t["seeds"]):
+            row = {"params": m["params"], "cpu_seconds": m["cpu_seconds"][i],
+                   "accuracy": m["accuracy"][i],
+                   "accuracy, shifted 1 pixel right": m["accuracy, shifted 1 pixel right"][i]}
+            if name == "vit":
+                for part in ("explanations", "vit extras"):
+                    row[part] = {k: v[i] for k, v in t[part].items()}
+            yield {"model": name, "seed": seed}, row
+
+
+def ch11_induction_sweep(t):
+    for name in ("two_layer", "one_layer", "one_layer_big"):
+        for r in t[name]:
+            yield {"model": name, "seed": r["seed"]}, r
+
+
 def convert(name: str) -> None:
     module = runner.load(name)
     table = json.loads(module.TABLE.read_text(encoding="utf-8"))
@@ -63,7 +82,7 @@ def convert(name: str) -> None:
         runner.append_result(path, {"experiment": name, "config": config,
                                     "code": runner.code_version(module), "commit": commit,
                                     "row": row,
-                                    "torch": table.get("torch", TORCH.get(name))})
+                                    "torch": table.get("torch") or table.get("config", {}).get("torch")})
 
 
 if __name__ == "__main__":

@@ -114,10 +114,11 @@ def append_result(path: Path, record: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+b") as f:
         f.seek(0, os.SEEK_END)
-        if f.tell():  # a line cut short by a kill: start on a new line
+        if f.tell():  # a last line cut short by a kill: drop it
             f.seek(-1, os.SEEK_END)
             if f.read(1) != b"\n":
-                f.write(b"\n")
+                f.seek(0)
+                f.truncate(f.read().rfind(b"\n") + 1)
         f.write((json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
         f.flush()
         os.fsync(f.fileno())
@@ -160,6 +161,8 @@ def build_table(name: str, path: Path | None = None) -> dict:
 
 
 def dump_table(module: ModuleType, table: dict) -> str:
+    if hasattr(module, "dump"):
+        return module.dump(table)
     indent = getattr(module, "INDENT", 1)
     return json.dumps(table, indent=indent, ensure_ascii=getattr(module, "ASCII", True)) + "\n"
 
@@ -289,7 +292,10 @@ def execute(name: str, *, seeds=None, smoke=False, workers=None, address=None,
         for config in todo:
             record(config, run_one(module.__name__, config, threads, device))
         return counts
-    ray = start_ray(workers or os.cpu_count() or 1, address, device)
+    import ray
+    own = not ray.is_initialized()  # a cluster this process already joined is reused
+    if own:
+        start_ray(workers or os.cpu_count() or 1, address, device)
     previous = signal.signal(signal.SIGTERM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt))
     try:
         task = ray.remote(_ray_task).options(
@@ -306,7 +312,8 @@ def execute(name: str, *, seeds=None, smoke=False, workers=None, address=None,
                 record(config, result)
     finally:
         signal.signal(signal.SIGTERM, previous)
-        ray.shutdown()
+        if own:
+            ray.shutdown()
     return counts
 
 
