@@ -43,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "list":
         total = 0.0
+        print("runs and CPU-hours: the default grid (--seeds changes it), one thread a run;"
+              " rows: in the results file")
         print(f"{'experiment':24s} {'runs':>5s} {'CPU-hours':>10s} {'rows':>6s}  table")
         for name in runner.EXPERIMENTS:
             module = runner.load(name)
@@ -52,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
             configs = module.grid()
             cpu = sum(module.cpu_seconds(c) for c in configs) / 3600
             total += cpu
-            rows = len(runner.latest_rows(runner.read_results(runner.results_path(name)), name))
+            rows = len(runner.header(runner.latest_rows(
+                runner.read_results(runner.results_path(name)), name))[1])
             print(f"{name:24s} {len(configs):5d} {cpu:10.2f} {rows:6d}  "
                   f"{Path(module.TABLE).relative_to(runner.ROOT)}")
         print(f"{'all':24s} {'':5s} {total:10.2f}")

@@ -80,7 +80,7 @@ def grid(seeds=None, smoke=False) -> list[dict]:
 
 
 def cpu_seconds(config: dict) -> float:
-    return 0.011 * config["steps"]  # 106 CPU-seconds for 120 runs of 80 steps
+    return 0.022 * config["steps"]  # about 2 CPU-minutes for the 60 runs of 5 seeds
 
 
 def data():

@@ -71,6 +71,13 @@ def ch11_induction_sweep(t):
             yield {"model": name, "seed": r["seed"]}, r
 
 
+def ch7_bottleneck(t):
+    yield {"legacy table fields": True}, {"complete": t["complete"]}
+    for r in t["runs"]:  # one row per evaluated checkpoint, as the table keeps them
+        yield {"kind": r["kind"], "hidden": r["hidden"], "checkpoints": [r["steps"]],
+               "seed": r["seed"], **({"run": r["run"]} if "run" in r else {})}, r
+
+
 def convert(name: str) -> None:
     module = runner.load(name)
     table = json.loads(module.TABLE.read_text(encoding="utf-8"))

@@ -11,6 +11,9 @@ An experiment is a module of this package that declares
 * ``TABLE``: the chapter's table in ``book/data``; ``INDENT``: how that file is indented;
 * ``cpu_seconds(config) -> float``: an estimate of one run's CPU time (one thread);
 * ``TIMING_KEYS``: the keys of a row that measure time (left out when two rows are compared);
+* optionally ``covered(config, rows) -> bool``: whether the rows made already hold what the
+  run would make (chapter 7: a budget curve whose checkpoints other runs evaluated);
+* optionally ``same_rows(a, b) -> bool``: two rows equal but for their timings;
 * ``VERSION``: the code version of its rows, bumped when a change alters what a run computes.
 
 Results live in ``experiments/results/NAME.jsonl``, one JSON object per line::
@@ -270,9 +273,12 @@ def execute(name: str, *, seeds=None, smoke=False, workers=None, address=None,
     code, commit = code_version(module), git_commit()
     configs = [c for c in module.grid(seeds=seeds, smoke=smoke)
                if all(str(c.get(k)) == str(v) for k, v in (where or {}).items())]
-    done_keys = {key(r["config"]) for r in read_results(out)
-                 if "row" in r and r.get("code") == code and r["experiment"] == short}
-    todo = [c for c in configs if key(c) not in done_keys]
+    done = [r for r in read_results(out)
+            if "row" in r and r.get("code") == code and r["experiment"] == short]
+    done_keys = {key(r["config"]) for r in done}
+    covered = getattr(module, "covered", lambda config, rows: False)
+    todo = [c for c in configs
+            if key(c) not in done_keys and not covered(c, [r["row"] for r in done])]
     counts = {"planned": len(configs), "skipped": len(configs) - len(todo), "done": 0,
               "failed": 0}
     log(f"{short}: {len(configs)} runs, {counts['skipped']} already in {out.name}, "
