@@ -78,6 +78,29 @@ def ch7_bottleneck(t):
                "seed": r["seed"], **({"run": r["run"]} if "run" in r else {})}, r
 
 
+def ch12_gpt(t):
+    for r in t["rows"]:
+        yield {"corpus": r["corpus"], "seed": r["seed"]}, r
+
+
+def ch8_rnn_vs_transformer(t):
+    from experiments import ch8_rnn_vs_transformer as ch8
+    for key, values in t["validation_exact_match"].items():
+        kind, lr = key.split()
+        for seed, value in zip(t["tune_seeds"], values):
+            yield ({"stage": "validation", "kind": kind, "lr": float(lr), "seed": seed,
+                    "steps": t["steps"]}, {"exact_match": value})
+    for kind, steps, positions in ch8.TESTS:
+        name = ch8._name(kind, steps, positions)
+        for seed, value in zip(t["test_seeds"][name], t["test_exact_match"][name]):
+            yield ({"stage": "test", "kind": kind, "lr": t["chosen_rates"][kind], "seed": seed,
+                    "steps": steps, "positions": positions}, {"exact_match": value})
+    for key, losses in t["loss_curves"].items():
+        kind, steps, _, seed = key.split()
+        yield ({"stage": "curve", "kind": kind, "lr": t["chosen_rates"][kind],
+                "seed": int(seed), "steps": int(steps)}, {"losses": losses})
+
+
 def convert(name: str) -> None:
     module = runner.load(name)
     table = json.loads(module.TABLE.read_text(encoding="utf-8"))
