@@ -15,7 +15,8 @@ from experiments import runner
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m experiments", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m experiments",
+                                     description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="each experiment, its number of runs and its CPU estimate")
     run = sub.add_parser("run", help="run an experiment's grid (skipping runs already done)")
@@ -32,7 +33,8 @@ def main(argv: list[str] | None = None) -> int:
                      help="with --device cuda: the GPU share of each run (0.25: four per GPU)")
     run.add_argument("--threads", type=int, default=1, help="torch threads per run")
     run.add_argument("--sequential", action="store_true", help="in this process, no Ray")
-    run.add_argument("--out", type=Path, help="the results file (default: experiments/results/NAME.jsonl)")
+    run.add_argument("--out", type=Path,
+                     help="the results file (default: experiments/results/NAME.jsonl)")
     table = sub.add_parser("table", help="derive the chapter's table from the results")
     table.add_argument("name")
     table.add_argument("--results", type=Path, help="default: experiments/results/NAME.jsonl")

@@ -102,16 +102,19 @@ def run(config: dict) -> dict:
     mlm.load_state_dict({k: v.float() for k, v in state.items()})
     mlm.eval()
     gpt = load(OUT / f"ch12_gpt_{CORPUS}{'' if seed == 0 else f'_seed{seed}'}.pt")
+    def bits(losses):
+        return round(losses.mean().item(), 4)
+
     row = {
         "seed": seed, "device": device, "steps": steps,
         "cpu_seconds_training": round(cpu, 1),
         "train_loss_last_50": round(sum(losses[-50:]) / len(losses[-50:]) / math.log(2), 4),
-        "fill_in_bits": {"masked": round(fill_in_losses(mlm, held_out, mask_id=mask_id,
-                                                        max_windows=windows)
-                                         .mean().item(), 4),
-                         "causal": round(fill_in_losses(gpt, held_out, max_windows=windows).mean().item(), 4)},
-        "left_to_right_bits": {"masked": round(left_to_right_bits(mlm, held_out, mask_id, windows), 4),
-                               "causal": round(left_to_right_bits(gpt, held_out, mask_id, windows), 4)},
+        "fill_in_bits": {
+            "masked": bits(fill_in_losses(mlm, held_out, mask_id=mask_id, max_windows=windows)),
+            "causal": bits(fill_in_losses(gpt, held_out, max_windows=windows))},
+        "left_to_right_bits": {
+            "masked": round(left_to_right_bits(mlm, held_out, mask_id, windows), 4),
+            "causal": round(left_to_right_bits(gpt, held_out, mask_id, windows), 4)},
     }
     return row
 

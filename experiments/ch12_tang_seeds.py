@@ -66,7 +66,8 @@ def measure(model, tok, tang, train_half_lines, n_prompts=24, new_tokens=50, n_p
     for label, kw in DECODERS.items():
         rows = []
         for seed in ([0] if label == "greedy" else range(5)):
-            out = model.generate(prompts, new_tokens, generator=torch.Generator().manual_seed(seed), **kw)
+            out = model.generate(prompts, new_tokens,
+                                 generator=torch.Generator().manual_seed(seed), **kw)
             texts = [tok.decode(row[1:]) for row in out]
             poems = [t.split("\n")[0] for t in texts]
             rows.append({"valid": sum(map(valid_poem, poems)) / len(poems),

@@ -5,8 +5,8 @@ and which extrapolates beyond the training length.
     python -m experiments run ch8_positions --seeds 13 14  # fresh seeds, both settings
     python -m experiments table ch8_positions --out book/data/ch8_positions.json
 
-``table`` writes ``book/data/ch8_positions.json``. The model, task, training and test are those of the
-chapter's cells (section "Positions, settled by experiment"); the steps are the library's loop,
+``table`` writes ``book/data/ch8_positions.json``. The model, task, training and test are those
+of the chapter's cells (section "Positions, settled by experiment"); the steps are the library's loop,
 ``d2lattn.fit``, which takes the same steps as the chapter's own loop, bit for bit. The chapter
 re-runs seed 0 of the "base" setting live and checks it against this table.
 

@@ -5,8 +5,8 @@ Transformer, on the date task, at the same budget of Adam steps.
     python -m experiments run ch8_rnn_vs_transformer --seeds 10 11  # fresh test seeds
     python -m experiments table ch8_rnn_vs_transformer --out book/data/ch8_rnn_vs_transformer.json
 
-``table`` writes ``book/data/ch8_rnn_vs_transformer.json``. The data, batches, models, training loop and
-test are those of the chapter's cells (section "A Transformer reads dates"); the chapter
+``table`` writes ``book/data/ch8_rnn_vs_transformer.json``. The data, batches, models, training
+loop and test are those of the chapter's cells (section "A Transformer reads dates"); the chapter
 re-runs seed 0 live and checks it against this table.
 
 1. Learning rates, tuned alike for both models on a validation set (dates drawn with seed 2,

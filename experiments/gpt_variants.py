@@ -1,6 +1,6 @@
 """Chapter 12's Shakespeare GPT with other attention layers, at the same size, budget and split.
 
-    python -m experiments run gpt_variants --seeds 0 1 2 3 4          # every variant, 3-7 CPU-min a run
+    python -m experiments run gpt_variants --seeds 0 1 2 3 4    # every variant, 3-7 CPU-min a run
     python -m experiments run gpt_variants --where variant=mla --seeds 5
     python -m experiments table gpt_variants --out book/data/gpt_variants.json
 
@@ -22,8 +22,8 @@ seeded batches; only the attention layer, and with it the positions, changes:
                      d_c = 4 d_h = 128 and d^R = d_h / 2 = 16: it caches 144 numbers per token
                      and layer where multi-head attention caches 256.
 
-``table`` writes one record per run (variant, seed, held-out bits per character over the whole held-out
-split and by position in the window, the training loss of every step, parameters, cache numbers
+``table`` writes one record per run (variant, seed, held-out bits per character over the
+whole held-out split and by position in the window, the training loss of every step, parameters, cache numbers
 per token and layer, CPU seconds) to
 ``book/data/gpt_variants.json``, in the order the runs finished. The table's ``torch`` is the
 version of its first run; the results file names each run's. Chapters 14 and 15

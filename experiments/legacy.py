@@ -5,8 +5,8 @@
 Each function takes a chapter's committed table and returns its runs as (config, row) pairs, in
 the order that makes the experiment's ``table`` give the committed table back, byte for byte
 (``python -m experiments table NAME --check``). The rows carry the experiment's ``VERSION`` (so
-that ``run`` skips them) and, as ``commit``, the last commit that changed the table. Kept as the record of how the
-results files began; the runner never calls it.
+that ``run`` skips them) and, as ``commit``, the last commit that changed the table. Kept as
+the record of how the results files began; the runner never calls it.
 """
 
 from __future__ import annotations
@@ -112,7 +112,8 @@ def convert(name: str) -> None:
         runner.append_result(path, {"experiment": name, "config": config,
                                     "code": runner.code_version(module), "commit": commit,
                                     "row": row,
-                                    "torch": table.get("torch") or table.get("config", {}).get("torch")})
+                                    "torch": table.get("torch")
+                                    or table.get("config", {}).get("torch")})
 
 
 if __name__ == "__main__":

@@ -113,8 +113,8 @@ def test_failing_run_recorded_on_ray(cluster, tmp_path):
 def test_kill_and_resume(tmp_path):
     out = tmp_path / "selftest.jsonl"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SELFTEST_SLEEP": "1.0"}
-    cmd = [sys.executable, "-m", "experiments", "run", "selftest", "--seeds", *map(str, range(4, 16)),
-           "--sequential", "--out", str(out)]
+    cmd = [sys.executable, "-m", "experiments", "run", "selftest",
+           "--seeds", *map(str, range(4, 16)), "--sequential", "--out", str(out)]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:
