@@ -44,24 +44,25 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "list":
-        total = 0.0
-        print("runs and CPU-hours: the default grid (--seeds changes it), one thread a run;"
-              " rows: in the results file")
-        print(f"{'experiment':24s} {'runs':>5s} {'CPU-hours':>10s} {'rows':>6s}  table")
+        total = total_rows = 0.0
+        print("runs, CPU-h: the default grid (--seeds changes it), one thread a run; "
+              "rows, CPU-h: those in the results file")
+        print(f"{'experiment':24s} {'runs':>5s} {'CPU-h':>6s} {'rows':>5s} {'CPU-h':>6s}  table")
         for name in runner.EXPERIMENTS:
             module = runner.load(name)
             if not runner.is_experiment(module):
-                print(f"{name:24s} {'-':>5s} {'-':>10s} {'-':>6s}  (not converted yet)")
+                print(f"{name:24s} {'-':>5s} {'-':>6s} {'-':>5s} {'-':>6s}  (not on the runner yet)")
                 continue
             configs = module.grid()
             cpu = sum(module.cpu_seconds(c) for c in configs) / 3600
-            total += cpu
-            rows = len(runner.header(runner.latest_rows(
-                runner.read_results(runner.results_path(name)), name))[1])
+            rows = runner.header(runner.latest_rows(
+                runner.read_results(runner.results_path(name)), name))[1]
+            rows_cpu = sum(module.cpu_seconds(r["config"]) for r in rows) / 3600
+            total, total_rows = total + cpu, total_rows + rows_cpu
             where = (Path(module.TABLE).relative_to(runner.ROOT) if module.TABLE
                      else "(no table: the runs check the chapter's claims)")
-            print(f"{name:24s} {len(configs):5d} {cpu:10.2f} {rows:6d}  {where}")
-        print(f"{'all':24s} {'':5s} {total:10.2f}")
+            print(f"{name:24s} {len(configs):5d} {cpu:6.2f} {len(rows):5d} {rows_cpu:6.2f}  {where}")
+        print(f"{'all':24s} {'':5s} {total:6.2f} {'':5s} {total_rows:6.2f}")
         return 0
     if args.command == "run":
         counts = runner.execute(args.name, seeds=args.seeds, smoke=args.smoke,
