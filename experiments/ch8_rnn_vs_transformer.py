@@ -222,18 +222,25 @@ def _name(kind, steps, positions):
 
 
 def table(records: list[dict]) -> dict:
-    """The chapter's table: validation by rate, the rates chosen, test by setting and seed."""
+    """The chapter's table: validation by rate, the rates chosen, test by setting and seed
+    (before every validation run is done, the rates chosen are ``CHOSEN``)."""
     by = {}
     for r in records:
         c = r["config"]
         by.setdefault(c["stage"], {})[c["kind"], c["lr"], c["seed"], c["steps"],
                                       c.get("positions", "learned")] = r["row"]
     valid = by.get("validation", {})
-    validation = {f"{kind} {lr}": [valid[kind, lr, s, STEPS, "learned"]["exact_match"]
-                                   for s in TUNE_SEEDS]
-                  for kind, rates in RATES.items() for lr in rates}
-    chosen = {kind: max(rates, key=lambda lr: sum(validation[f"{kind} {lr}"]))
-              for kind, rates in RATES.items()}
+    validation = {}
+    for kind, rates in RATES.items():
+        for lr in rates:
+            values = [valid[k]["exact_match"] for s in TUNE_SEEDS
+                      if (k := (kind, lr, s, STEPS, "learned")) in valid]
+            if values:
+                validation[f"{kind} {lr}"] = values
+    complete = all(len(validation.get(f"{kind} {lr}", [])) == len(TUNE_SEEDS)
+                   for kind, rates in RATES.items() for lr in rates)
+    chosen = ({kind: max(rates, key=lambda lr: sum(validation[f"{kind} {lr}"]))
+               for kind, rates in RATES.items()} if complete else dict(CHOSEN))
     if chosen != CHOSEN:
         raise ValueError(f"the validation runs choose {chosen}, the test runs used {CHOSEN}: "
                          "set CHOSEN and run the test runs again")
