@@ -19,7 +19,8 @@ An experiment is a module of this package that declares
 Results live in ``experiments/results/NAME.jsonl``, one JSON object per line::
 
     {"experiment": NAME, "config": {...}, "code": VERSION, "commit": ..., "row": {...},
-     "cpu_seconds": ..., "wall_seconds": ..., "host": ..., "device": ..., "torch": ...}
+     "cpu_seconds": ..., "wall_seconds": ..., "finished": ..., "host": ..., "device": ...,
+     "torch": ...}
 
 or, for a run that raised, ``"error": "ValueError: ..."`` instead of ``row``. A line is
 appended (and flushed to disk) the moment its run finishes; a rerun skips every config that
@@ -185,6 +186,7 @@ def run_one(name: str, config: dict, threads: int = 1, device: str = "cpu") -> d
         out["traceback"] = traceback.format_exc(limit=-4)
     out["cpu_seconds"] = round(time.process_time() - cpu, 2)
     out["wall_seconds"] = round(time.perf_counter() - wall, 2)
+    out["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     out["host"] = socket.gethostname()
     out["device"] = device
     out["torch"] = torch.__version__
