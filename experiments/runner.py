@@ -251,11 +251,11 @@ def start_ray(workers: int, address: str | None, device: str):
         [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
     import ray
     kw = dict(include_dashboard=False, log_to_driver=True, logging_level="WARNING")
-    if address:  # a real cluster: ship this checkout's code to it
+    if address:  # a real cluster: ship this checkout (code and book/data) to every worker
         ray.init(address=address, runtime_env={
             "working_dir": str(ROOT),
-            "excludes": [".git/", "_build/", "*.pt", "locale/", "experiments/results/",
-                         "book/*.ipynb", "tests/"],
+            "excludes": [".git/", "_build/", "locale/", "experiments/results/",
+                         "book/*.ipynb", "tests/", "__pycache__/"],
             "env_vars": {"OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}}, **kw)
     else:
         _fixed_agent_ports()
