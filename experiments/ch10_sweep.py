@@ -3,9 +3,9 @@
 Reproduces the table that book/ch10_vision_transformer.ipynb loads, with one command from the
 repository root:
 
-    python experiments/ch10_sweep.py            # writes book/data/ch10_sweep.json
-    python experiments/ch10_sweep.py --seeds 5 6 --out fresh.json   # fresh seeds
-    python experiments/ch10_sweep.py --merge book/data/ch10_sweep.json fresh.json --out all.json
+    python -m experiments run ch10_sweep                  # seeds 0-9
+    python -m experiments run ch10_sweep --seeds 15 16    # fresh seeds, added to the results
+    python -m experiments table ch10_sweep --out book/data/ch10_sweep.json
 
 For each seed (by default 0..9: 0..4, the seeds the chapter was written from, and 5..9, fresh
 seeds run after it; --seeds runs others) it trains every model of the chapter with the
@@ -18,15 +18,12 @@ the class token), the same over inked patches only and for other rollout residua
 cosine similarities of the learned position embeddings (neighbours, distant patches, corners),
 and, per head, how often the class token's top patch is the head's usual one. The chapter
 re-runs seed 0 live and checks it against this table. About 40 CPU-seconds per seed on one
-thread; each seed's runs are independent of the others, so tables of disjoint seed sets can be
-concatenated; everything but the CPU seconds is reproduced exactly on the same machine and
+thread; each run (a model and a seed) is independent of the others; everything but the CPU seconds is reproduced exactly on the same machine and
 torch version.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 import time
@@ -189,87 +186,92 @@ MODELS = ["vit", "vit, mean pooling", "vit, no positions", "vit, 4x4 patches", "
           "logistic"]
 
 
-def merge_tables(tables: list) -> dict:
-    """Concatenate tables of disjoint seeds (each seed's runs are independent of the others)."""
-    merged = json.loads(json.dumps(tables[0]))
-    for table in tables[1:]:
-        if table["split"] != merged["split"] or table["recipe"] != merged["recipe"]:
-            raise ValueError("tables made with different splits or recipes")
-        if set(table["seeds"]) & set(merged["seeds"]):
-            raise ValueError("tables share seeds")
-        merged["seeds"] += table["seeds"]
-        for name, row in table["models"].items():
-            for key, value in row.items():
-                if isinstance(value, list):
-                    merged["models"][name][key] += value
-        for part in ("explanations", "vit extras"):
-            for key, value in table[part].items():
-                merged[part][key] += value
-    return merged
+VERSION = 1  # bump when a change alters what a run computes: every run is made again
+TIMING_KEYS = ("cpu_seconds",)
+TABLE = OUT
+NAMES = MODELS + ["vit, no positions, 4x steps, d=64"]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, nargs="*", default=list(SEEDS))
-    parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--merge", type=Path, nargs="+",
-                        help="concatenate these tables (disjoint seeds) into --out; no training")
-    args = parser.parse_args()
-    if args.merge:
-        table = merge_tables([json.loads(path.read_text()) for path in args.merge])
-        args.out.write_text(json.dumps(table, indent=1) + "\n")
-        print("wrote", args.out, "seeds", table["seeds"], file=sys.stderr)
-        return
-    seeds = args.seeds
+def grid(seeds=None, smoke=False) -> list[dict]:
+    """Every model on every seed (``smoke``: the ViT and the logistic model, one epoch)."""
+    if smoke:
+        return [{"model": name, "seed": 0, "epochs": 1} for name in ("vit", "logistic")]
+    return [{"model": name, "seed": seed} for name in NAMES
+            for seed in (seeds if seeds is not None else SEEDS)]
+
+
+def cpu_seconds(config: dict) -> float:
+    # CPU seconds of the committed runs, by model (20 epochs; the d = 64 model 80)
+    seconds = {"vit": 6.2, "vit, mean pooling": 5.6, "vit, no positions": 6.0,
+               "vit, 4x4 patches": 4.5, "cnn": 3.6, "mlp": 0.5, "logistic": 0.3,
+               "vit, no positions, 4x steps, d=64": 39.4}[config["model"]]
+    epochs = 80 if config["model"].endswith("d=64") else 20
+    return seconds * config.get("epochs", epochs) / epochs + (5 if config["model"] == "vit" else 0)
+
+
+def run(config: dict) -> dict:
+    """Train one model on one seed with the chapter's recipe; for the ViT, its explanations."""
+    torch.set_num_threads(1)
+    name, seed = config["model"], config["seed"]
     X_train, y_train, X_test, y_test = load_digit_split()
-    table = {"split": {"train": len(y_train), "test": len(y_test)},
-             "recipe": "AdamW lr 3e-3, one-cycle schedule, 20 epochs, batch 64, 1 thread",
-             "seeds": list(seeds), "models": {}, "explanations": {}}
-    names = MODELS + ["vit, no positions, 4x steps, d=64"]
+    torch.manual_seed(seed)
+    if name.endswith("d=64"):
+        model, epochs = make_vit(positions=False, num_hiddens=64), 80
+    else:
+        model, epochs = make_model(name), 20
+    epochs = config.get("epochs", epochs)
+    row = {"params": sum(p.numel() for p in model.parameters())}
+    start = time.process_time()
+    train(model, X_train, y_train, epochs=epochs, seed=seed)
+    row["cpu_seconds"] = round(time.process_time() - start, 2)
+    row["accuracy"] = round(accuracy(model, X_test, y_test), 4)
+    row["accuracy, shifted 1 pixel right"] = round(
+        accuracy(model, shift_right(X_test), y_test), 4)
+    if name == "vit":
+        scores = explanation_scores(model, X_test, y_test)
+        row["explanations"] = {key: round(r, 4) for key, r in mean_correlations(scores).items()}
+        extra = row["vit extras"] = {}
+        for key, r in inked_correlations(scores).items():
+            extra[f"inked patches only: {key}"] = round(r, 4)
+        for alpha, r in rollout_correlations(model, X_test, y_test).items():
+            extra[f"rollout, residual weight {alpha}"] = round(r, 4)
+        pos = F.normalize(model.pos_embedding[0, 1:].detach(), dim=-1)  # (N, d)
+        near, far = neighbour_similarity(pos @ pos.T)
+        extra["position similarity, neighbours"] = round(near, 4)
+        extra["position similarity, further apart"] = round(far, 4)
+        extra["position similarity, corners"] = round(corner_similarity(pos @ pos.T), 4)
+        with torch.no_grad():
+            model(X_test)
+        share = top_patch_share(model.attention_weights)  # (L, h)
+        extra["top-patch share per head"] = [[round(x, 4) for x in r] for r in share.tolist()]
+    return row
+
+
+def table(records: list[dict]) -> dict:
+    """The chapter's table: per model, its accuracies by seed (the seeds every model has)."""
+    rows = {(r["config"]["model"], r["config"]["seed"]): r["row"] for r in records}
+    names = [n for n in NAMES if any(m == n for m, _ in rows)]
+    seeds = sorted({s for _, s in rows if all((n, s) in rows for n in names)})
+    _, y_train, _, y_test = load_digit_split()
+    out = {"split": {"train": len(y_train), "test": len(y_test)},
+           "recipe": "AdamW lr 3e-3, one-cycle schedule, 20 epochs, batch 64, 1 thread",
+           "seeds": seeds, "models": {}, "explanations": {}, "vit extras": {}}
     for name in names:
-        row = {"accuracy": [], "cpu_seconds": []}
-        for seed in seeds:
-            torch.manual_seed(seed)
-            if name.endswith("d=64"):
-                model, epochs = make_vit(positions=False, num_hiddens=64), 80
-            else:
-                model, epochs = make_model(name), 20
-            row["params"] = sum(p.numel() for p in model.parameters())
-            start = time.process_time()
-            train(model, X_train, y_train, epochs=epochs, seed=seed)
-            row["cpu_seconds"].append(round(time.process_time() - start, 2))
-            row["accuracy"].append(round(accuracy(model, X_test, y_test), 4))
-            row.setdefault("accuracy, shifted 1 pixel right", []).append(
-                round(accuracy(model, shift_right(X_test), y_test), 4))
-            if name == "vit":
-                scores = explanation_scores(model, X_test, y_test)
-                extra = table.setdefault("vit extras", {})
-                for key, r in mean_correlations(scores).items():
-                    table["explanations"].setdefault(key, []).append(round(r, 4))
-                for key, r in inked_correlations(scores).items():
-                    extra.setdefault(f"inked patches only: {key}", []).append(round(r, 4))
-                for alpha, r in rollout_correlations(model, X_test, y_test).items():
-                    extra.setdefault(f"rollout, residual weight {alpha}", []).append(round(r, 4))
-                pos = F.normalize(model.pos_embedding[0, 1:].detach(), dim=-1)  # (N, d)
-                near, far = neighbour_similarity(pos @ pos.T)
-                extra.setdefault("position similarity, neighbours", []).append(round(near, 4))
-                extra.setdefault("position similarity, further apart", []).append(round(far, 4))
-                extra.setdefault("position similarity, corners", []).append(
-                    round(corner_similarity(pos @ pos.T), 4))
-                with torch.no_grad():
-                    model(X_test)
-                share = top_patch_share(model.attention_weights)  # (L, h)
-                extra.setdefault("top-patch share per head", []).append(
-                    [[round(x, 4) for x in row] for row in share.tolist()])
-        table["models"][name] = row
-        print(f"{name:36s} {row['params']:6d} params  acc {row['accuracy']}  "
-              f"cpu {row['cpu_seconds']}", flush=True)
-    print("correlations with occlusion:", table["explanations"])
-    print("vit extras:", table["vit extras"])
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(table, indent=1) + "\n")
-    print("wrote", args.out, file=sys.stderr)
+        runs = [rows[name, s] for s in seeds]
+        out["models"][name] = {
+            "accuracy": [r["accuracy"] for r in runs],
+            "cpu_seconds": [r["cpu_seconds"] for r in runs],
+            "params": runs[-1]["params"],
+            "accuracy, shifted 1 pixel right": [r["accuracy, shifted 1 pixel right"]
+                                                for r in runs]}
+        if name == "vit":
+            for part in ("explanations", "vit extras"):
+                for key in runs[0][part]:
+                    out[part][key] = [r[part][key] for r in runs]
+    return out
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # the same as: python -m experiments run ch10_sweep ...
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from experiments.runner import script
+    script("ch10_sweep")

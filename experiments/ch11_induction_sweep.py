@@ -2,11 +2,11 @@
 
 Reproduces the table that ``book/ch11_induction_heads.ipynb`` reads:
 
-    python experiments/ch11_induction_sweep.py            # about 2 CPU minutes per seed
-    python experiments/ch11_induction_sweep.py --seeds 5 6 --out fresh.json   # fresh seeds
-    python experiments/ch11_induction_sweep.py --merge a.json b.json --out all.json
+    python -m experiments run ch11_induction_sweep          # about 2 CPU minutes per seed
+    python -m experiments run ch11_induction_sweep --seeds 15 16   # fresh seeds
+    python -m experiments table ch11_induction_sweep --out book/data/ch11_induction_sweep.json
 
-writes ``book/data/ch11_induction_sweep.json``. For each seed (by default 0..9: 0..4, the
+``table`` writes ``book/data/ch11_induction_sweep.json``. For each seed (by default 0..9: 0..4, the
 seeds the chapter was written from, and 5..9, fresh seeds run after it; ``--seeds`` runs
 others) it trains
 
@@ -24,18 +24,15 @@ others) it trains
 The tests include sequences that start with 8 non-recurring "distractor" tokens, on which the
 shortcut "predict the least recently seen token" fails while induction still works.
 
-Each seed's runs are independent of the other seeds and models, so tables of disjoint seeds
-(``--seeds``) or models (``--models``) can be merged into what one run of all would write.
+Each run (a model and a seed) is independent of the others.
 Every run uses ``torch.set_num_threads(1)``; results depend on the seed and, in their last
 bits, on the CPU, which is why the chapter compares its live run with a tolerance.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import time
 from pathlib import Path
 from typing import Dict, List
 
@@ -131,7 +128,7 @@ def circuit_scores(model) -> dict:
                  for m in range(model.blocks[0].num_heads)] for k in range(h)]}
 
 
-def train_two_layer(seed: int) -> dict:
+def train_two_layer(seed: int, steps: int = STEPS) -> dict:
     """The chapter's model for one seed; the chapter repeats this for seed 0."""
     tests = test_sets()
     held_out = tests["train setting"]
@@ -153,7 +150,7 @@ def train_two_layer(seed: int) -> dict:
         model.train()
 
     record(0, model)  # the untrained model
-    losses = train_induction(model, steps=STEPS, vocab=TRAIN_VOCAB, seq_len=SEQ_LEN,
+    losses = train_induction(model, steps=steps, vocab=TRAIN_VOCAB, seq_len=SEQ_LEN,
                              periods=PERIODS, batch_size=BATCH, lr=LR, seed=seed,
                              callback=record)
     phase = next((s for s, a in zip(history["step"], history["accuracy"]) if a >= 0.5), None)
@@ -189,7 +186,8 @@ def train_two_layer(seed: int) -> dict:
             "circuits": circuits, "circuits_at_init": circuits_at_init}
 
 
-def train_one_layer(seed: int, num_hiddens: int, num_heads: int, steps: int) -> dict:
+def train_one_layer(seed: int, num_hiddens: int, num_heads: int, steps: int,
+                    curve: bool) -> dict:
     tests = test_sets()
     torch.manual_seed(seed)
     model = AttentionOnlyTransformer(VOCAB_SIZE, num_hiddens=num_hiddens, num_heads=num_heads,
@@ -201,7 +199,7 @@ def train_one_layer(seed: int, num_hiddens: int, num_heads: int, steps: int) -> 
     weights = model.blocks[0].attention_weights  # (B, h, T, T)
     return {"seed": seed, "num_hiddens": num_hiddens, "num_heads": num_heads, "steps": steps,
             "accuracy": accuracy, "final_loss": sum(losses[-50:]) / 50,
-            **({"losses": losses} if steps == STEPS else {}),
+            **({"losses": losses} if curve else {}),
             "previous_token": previous_token_score(weights).tolist(),
             "prefix_matching": prefix_matching_score(weights, held_out).tolist(),
             "generalisation": {name: induction_accuracy(model, tokens)
@@ -219,60 +217,54 @@ def _rounded(obj):
     return obj
 
 
-MODELS = {"two_layer": lambda seed: train_two_layer(seed),
-          "one_layer": lambda seed: train_one_layer(seed, 64, 2, STEPS),
-          "one_layer_big": lambda seed: train_one_layer(seed, 128, 4, 4 * STEPS)}
+MODELS = {"two_layer": lambda seed, steps: train_two_layer(seed, steps),
+          "one_layer": lambda seed, steps: train_one_layer(seed, 64, 2, steps, True),
+          "one_layer_big": lambda seed, steps: train_one_layer(seed, 128, 4, 4 * steps, False)}
+VERSION = 1  # bump when a change alters what a run computes: every run is made again
+TIMING_KEYS = ()
+TABLE = Path(__file__).resolve().parents[1] / "book" / "data" / "ch11_induction_sweep.json"
+INDENT = None
 
 
-def merge_tables(tables: List[dict]) -> dict:
-    """Merge tables of disjoint seeds or models into one, runs sorted by seed."""
-    merged: dict = {"config": tables[0]["config"], "two_layer": [], "one_layer": [],
-                    "one_layer_big": []}
-    for table in tables:
-        if table["config"] != merged["config"]:
-            raise ValueError("tables made with different settings")
-        for name in ("two_layer", "one_layer", "one_layer_big"):
-            merged[name] += table[name]
-    for name in ("two_layer", "one_layer", "one_layer_big"):
-        seeds = [run["seed"] for run in merged[name]]
-        if len(set(seeds)) != len(seeds):
-            raise ValueError(f"{name}: a seed appears twice")
-        merged[name].sort(key=lambda run: run["seed"])
-    return merged
+def grid(seeds=None, smoke=False) -> list[dict]:
+    """Each seed's three models (``smoke``: seed 0, 10 steps)."""
+    if smoke:
+        return [{"model": name, "seed": 0, "steps": 10} for name in MODELS]
+    return [{"model": name, "seed": seed} for seed in (seeds if seeds is not None else SEEDS)
+            for name in MODELS]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, nargs="*", default=SEEDS)
-    parser.add_argument("--models", nargs="*", default=list(MODELS), choices=list(MODELS),
-                        help="which of the three models to train (default: all)")
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1]
-                        / "book" / "data" / "ch11_induction_sweep.json")
-    parser.add_argument("--merge", type=Path, nargs="+",
-                        help="merge these tables (disjoint seeds or models) into --out")
-    args = parser.parse_args()
-    if args.merge:
-        table = merge_tables([json.loads(path.read_text()) for path in args.merge])
-        args.out.write_text(json.dumps(table, separators=(",", ":")) + "\n")
-        print(f"wrote {args.out}")
-        return
+def cpu_seconds(config: dict) -> float:
+    # about 2 CPU-minutes a seed
+    per_step = {"two_layer": 0.1, "one_layer": 0.025, "one_layer_big": 0.019}[config["model"]]
+    return per_step * config.get("steps", STEPS) * (4 if config["model"] == "one_layer_big" else 1)
+
+
+def run(config: dict) -> dict:
+    """Train one model on one seed: the record the chapter's table keeps of it."""
     torch.set_num_threads(1)
-    table = {"config": {"vocab_size": VOCAB_SIZE, "train_vocab": TRAIN_VOCAB,
-                        "seq_len": SEQ_LEN, "periods": PERIODS, "steps": STEPS, "lr": LR,
-                        "batch_size": BATCH, "eval_every": EVAL_EVERY, "test_seed": TEST_SEED,
-                        "torch": torch.__version__},
-             "two_layer": [], "one_layer": [], "one_layer_big": []}
-    for seed in args.seeds:
-        start = time.process_time()
-        for name in args.models:
-            table[name].append(MODELS[name](seed))
-        report = {name: f"{table[name][-1]['accuracy']:.3f}" for name in args.models}
-        print(f"seed {seed}: accuracy {report}, {time.process_time() - start:.0f} CPU s",
-              flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(_rounded(table), separators=(",", ":")) + "\n")
-    print(f"wrote {args.out}")
+    return _rounded(MODELS[config["model"]](config["seed"], config.get("steps", STEPS)))
 
 
-if __name__ == "__main__":
-    main()
+def table(records: list[dict]) -> dict:
+    """The chapter's table: the settings, and each model's runs sorted by seed."""
+    from experiments import runner
+    out = {"config": {"vocab_size": VOCAB_SIZE, "train_vocab": TRAIN_VOCAB, "seq_len": SEQ_LEN,
+                      "periods": PERIODS, "steps": STEPS, "lr": LR, "batch_size": BATCH,
+                      "eval_every": EVAL_EVERY, "test_seed": TEST_SEED,
+                      "torch": runner.torch_version(records)}}
+    for name in MODELS:
+        out[name] = sorted((r["row"] for r in records if r["config"]["model"] == name),
+                           key=lambda row: row["seed"])
+    return _rounded(out)
+
+
+def dump(table: dict) -> str:
+    return json.dumps(table, separators=(",", ":")) + "\n"
+
+
+if __name__ == "__main__":  # the same as: python -m experiments run ch11_induction_sweep ...
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from experiments.runner import script
+    script("ch11_induction_sweep")

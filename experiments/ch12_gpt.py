@@ -1,7 +1,8 @@
 """Chapter 12's models: a small GPT trained on tiny Shakespeare and on Tang poems.
 
-    python experiments/ch12_gpt.py                    # both corpora, seed 0, CPU, ~8 CPU-minutes
-    python experiments/ch12_gpt.py --corpus tang --steps 4000 --device cuda   # bigger, on a GPU
+    python -m experiments run ch12_gpt                   # both corpora, seed 0, CPU, ~8 CPU-minutes
+    python -m experiments run ch12_gpt --where corpus=tang --seeds 1 2 --device cuda
+    python -m experiments table ch12_gpt --out book/data/ch12_gpt_seeds.json
 
 writes, per corpus, ``book/data/ch12_gpt_<corpus>.pt`` (the weights in float16, with their
 config) and ``book/data/ch12_gpt_<corpus>.json`` (the recipe, the training loss of every step,
@@ -9,17 +10,17 @@ the held-out loss at a few steps, the held-out bits per character over the whole
 and by position in the context window, the CPU time). The chapter loads both, retrains the
 first steps live and checks them against the curve stored here.
 
-The default budget is about four CPU-minutes per corpus on one thread (the ``STEPS`` below);
-``--steps`` and ``--batch-size`` scale it, ``--device cuda`` runs it on a GPU (the windows are
-drawn on the CPU from the same seed, so the batches are the same). ``--seeds 0 1 2`` trains one
-model per seed (files of seeds other than 0 get the suffix ``_seed<k>`` and are not committed;
-every run, seed 0 too, also adds its row to ``book/data/ch12_gpt_seeds.json``, the table of
-held-out bits per seed that the chapter compares with the n-gram models).
+The budget is about four CPU-minutes per corpus on one thread (the recipes' ``steps``; a
+config may give ``steps`` and ``batch_size``); ``--device cuda`` runs it on a GPU (the windows
+are drawn on the CPU from the same seed, so the batches are the same). ``--seeds 0 1 2`` trains
+one model per seed (files of seeds other than 0 get the suffix ``_seed<k>`` and are not
+committed; on a cluster they stay on the machine that trained them). ``table`` writes
+``book/data/ch12_gpt_seeds.json``, the table of held-out bits per seed that the chapter
+compares with the n-gram models.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
@@ -57,7 +58,10 @@ def build(corpus: str, seed: int):
     return tok, tok.encode(split.train), tok.encode(split.held_out), GPT(config)
 
 
-def run(corpus: str, seed: int, device: str, steps: int, batch_size: int) -> dict:
+def train(corpus: str, seed: int, device: str, steps: int, batch_size: int,
+          max_windows: int | None = None) -> dict:
+    """Train one model; write its checkpoint and record (unless ``max_windows`` limits the
+    held-out evaluation: a smoke run writes nothing)."""
     recipe = RECIPES[corpus]
     tok, train, held_out, model = build(corpus, seed)
     model.to(device)
@@ -67,25 +71,24 @@ def run(corpus: str, seed: int, device: str, steps: int, batch_size: int) -> dic
         if step % EVAL_EVERY == 0 or step == steps:
             bits = held_out_losses(model, held_out, max_windows=EVAL_WINDOWS).mean().item()
             evals.append([step, round(bits, 4)])
-            print(f"{corpus} seed {seed} step {step}: train loss {loss:.3f} nats, "
-                  f"held-out {bits:.3f} bits/char", flush=True)
 
     start = time.process_time()
     losses = train_lm(model, train, steps=steps, batch_size=batch_size, lr=recipe["lr"],
                       warmup=recipe["warmup"], seed=seed, callback=record)
     cpu_train = time.process_time() - start
-    bits = held_out_losses(model, held_out)  # (W, T) bits
+    bits = held_out_losses(model, held_out, max_windows=max_windows)  # (W, T) bits
     suffix = "" if seed == 0 else f"_seed{seed}"
     half = {}  # float16 copies; the tied embedding and read-out share one (saved once)
     state = {k: half.setdefault(v.data_ptr(), v.to("cpu", torch.float16))
              for k, v in model.state_dict().items()}
-    torch.save({"config": vars(model.config), "state_dict": state},
-               OUT / f"ch12_gpt_{corpus}{suffix}.pt")
+    if max_windows is None:
+        torch.save({"config": vars(model.config), "state_dict": state},
+                   OUT / f"ch12_gpt_{corpus}{suffix}.pt")
     # the float16 weights are what the chapter loads: report their held-out loss too
     model16 = GPT(model.config)
     model16.load_state_dict({k: v.float() for k, v in state.items()})
     model16.to(device)
-    bits16 = held_out_losses(model16, held_out)
+    bits16 = held_out_losses(model16, held_out, max_windows=max_windows)
     result = {
         "corpus": corpus, "seed": seed, "device": device, "config": vars(model.config),
         "parameters": model.num_parameters(), "steps": steps, "batch_size": batch_size,
@@ -98,42 +101,50 @@ def run(corpus: str, seed: int, device: str, steps: int, batch_size: int) -> dic
         "held_out_predictions": bits.numel(),
         "torch": torch.__version__,
     }
-    (OUT / f"ch12_gpt_{corpus}{suffix}.json").write_text(json.dumps(result) + "\n")
-    record_seed(result)
-    print(f"{corpus} seed {seed}: {result['held_out_bits']:.3f} bits/char held out "
-          f"({result['held_out_bits_float16']:.3f} with float16 weights), "
-          f"{cpu_train / 60:.1f} CPU-minutes", flush=True)
+    if max_windows is None:
+        (OUT / f"ch12_gpt_{corpus}{suffix}.json").write_text(json.dumps(result) + "\n")
     return result
 
 
-def record_seed(result: dict) -> None:
-    """Adds (or replaces) the run's row in the table of seeds, ``ch12_gpt_seeds.json``."""
-    keys = ("corpus", "seed", "device", "steps", "batch_size", "parameters",
-            "cpu_seconds_training", "held_out_bits", "held_out_bits_float16", "torch")
-    table = json.loads(SEEDS.read_text()) if SEEDS.exists() else {"rows": []}
-    row = {k: result[k] for k in keys}
-    table["rows"] = [r for r in table["rows"]
-                     if (r["corpus"], r["seed"]) != (row["corpus"], row["seed"])] + [row]
-    table["rows"].sort(key=lambda r: (r["corpus"], r["seed"]))
-    SEEDS.write_text(json.dumps(table, indent=1) + "\n")
+KEYS = ("corpus", "seed", "device", "steps", "batch_size", "parameters",
+        "cpu_seconds_training", "held_out_bits", "held_out_bits_float16", "torch")
+VERSION = 1  # bump when a change alters what a run computes: every run is made again
+TIMING_KEYS = ("cpu_seconds_training",)
+TABLE = SEEDS
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--corpus", choices=["shakespeare", "tang", "both"], default="both")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--steps", type=int, default=None, help="default: the recipe's")
-    parser.add_argument("--batch-size", type=int, default=None, help="default: the recipe's")
-    parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    corpora = ["shakespeare", "tang"] if args.corpus == "both" else [args.corpus]
-    for corpus in corpora:
-        for seed in args.seeds:
-            run(corpus, seed, args.device, args.steps or RECIPES[corpus]["steps"],
-                args.batch_size or RECIPES[corpus]["batch_size"])
+def grid(seeds=None, smoke=False) -> list[dict]:
+    """Both corpora, each seed (``smoke``: 2 steps of 2 windows, 4 held-out windows)."""
+    if smoke:
+        return [{"corpus": c, "seed": 0, "steps": 2, "batch_size": 2, "max_windows": 4}
+                for c in RECIPES]
+    return [{"corpus": c, "seed": seed} for c in RECIPES for seed in (seeds or [0])]
 
 
-if __name__ == "__main__":
-    main()
+def cpu_seconds(config: dict) -> float:
+    seconds = {"shakespeare": 250, "tang": 130}[config["corpus"]]  # the committed seed 0's
+    return seconds * config.get("steps", 600) / 600
+
+
+def run(config: dict) -> dict:
+    """One model of one corpus and seed: its record (``book/data/ch12_gpt_<corpus>.json``;
+    seeds other than 0 with the suffix ``_seed<k>``), its checkpoint written beside it."""
+    from experiments.runner import device
+    corpus = config["corpus"]
+    return train(corpus, config["seed"], device(),
+                 config.get("steps", RECIPES[corpus]["steps"]),
+                 config.get("batch_size", RECIPES[corpus]["batch_size"]),
+                 config.get("max_windows"))
+
+
+def table(records: list[dict]) -> dict:
+    """The table of seeds: one row per corpus and seed, the record's main figures."""
+    rows = [{k: r["row"][k] for k in KEYS} for r in records]
+    return {"rows": sorted(rows, key=lambda r: (r["corpus"], r["seed"]))}
+
+
+if __name__ == "__main__":  # the same as: python -m experiments run ch12_gpt ...
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from experiments.runner import script
+    script("ch12_gpt")

@@ -1,7 +1,8 @@
 """Chapter 12, masked vs causal: the GPT's blocks trained as a BERT-style masked language model.
 
-    python experiments/ch12_mlm.py                   # Shakespeare, seed 0, CPU, ~4 CPU-minutes
-    python experiments/ch12_mlm.py --seeds 1 2 --device cuda
+    python -m experiments run ch12_mlm                   # Shakespeare, seed 0, CPU, ~4 CPU-minutes
+    python -m experiments run ch12_mlm --seeds 1 2 --device cuda
+    python -m experiments table ch12_mlm --out book/data/ch12_mlm.json
 
 The model is the chapter's Shakespeare GPT with one change, ``causal=False`` (every position
 attends to every other), and one more token in its vocabulary, the mask. It is trained with the
@@ -15,7 +16,8 @@ the held-out text at two jobs:
   at ``t = 8, 16, ..., 120`` of every window; the GPT as it always does, the masked model
   given the prefix followed by one mask token.
 
-Writes ``book/data/ch12_mlm_shakespeare.pt`` (seed 0; float16 weights and config) and
+The run of seed 0 writes ``book/data/ch12_mlm_shakespeare.pt`` (float16 weights and config;
+on a cluster, on the machine that ran it); ``table`` writes
 ``book/data/ch12_mlm.json`` (one row per seed: held-out bits per character of both models at
 both jobs, CPU time; a row merged from another machine or torch version names its torch).
 Seeds other than 0 need the GPT checkpoint of that seed (``experiments/ch12_gpt.py --seeds k``).
@@ -23,10 +25,10 @@ Seeds other than 0 need the GPT checkpoint of that seed (``experiments/ch12_gpt.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -70,7 +72,11 @@ def left_to_right_bits(model: GPT, data: torch.Tensor, mask_id: int,
     return torch.cat(nats).mean().item() / math.log(2)
 
 
-def run(seed: int, device: str) -> dict:
+def run(config: dict) -> dict:
+    """Train the masked model of one seed and score it and the GPT of that seed."""
+    from experiments.runner import device as runner_device
+    device, seed = runner_device(), config["seed"]
+    windows = config.get("max_windows")  # smoke: a few held-out windows
     gpt_json = json.loads((OUT / f"ch12_gpt_{CORPUS}{'' if seed == 0 else f'_seed{seed}'}.json")
                           .read_text())
     split = load_split(CORPUS)
@@ -78,53 +84,65 @@ def run(seed: int, device: str) -> dict:
     V = len(tok)
     mask_id = V  # one more token: the mask
     train, held_out = tok.encode(split.train), tok.encode(split.held_out)
-    config = GPTConfig(**{**gpt_json["config"], "vocab_size": V + 1, "causal": False})
+    gpt_config = GPTConfig(**{**gpt_json["config"], "vocab_size": V + 1, "causal": False})
     torch.manual_seed(seed)
-    mlm = GPT(config).to(device)
+    mlm = GPT(gpt_config).to(device)
     start = time.process_time()
-    losses = train_lm(mlm, train, steps=gpt_json["steps"], batch_size=gpt_json["batch_size"],
+    steps = config.get("steps", gpt_json["steps"])
+    losses = train_lm(mlm, train, steps=steps, batch_size=gpt_json["batch_size"],
                       lr=gpt_json["lr"], warmup=gpt_json["warmup"], seed=seed, mask_id=mask_id)
     cpu = time.process_time() - start
     half = {}
     state = {k: half.setdefault(v.data_ptr(), v.to("cpu", torch.float16))
              for k, v in mlm.state_dict().items()}
-    if seed == 0:
-        torch.save({"config": vars(config), "state_dict": state},
+    if seed == 0 and "steps" not in config:  # the chapter's checkpoint
+        torch.save({"config": vars(gpt_config), "state_dict": state},
                    OUT / f"ch12_mlm_{CORPUS}.pt")
-    mlm = GPT(config)  # score the float16 weights, as the chapter loads them
+    mlm = GPT(gpt_config)  # score the float16 weights, as the chapter loads them
     mlm.load_state_dict({k: v.float() for k, v in state.items()})
     mlm.eval()
     gpt = load(OUT / f"ch12_gpt_{CORPUS}{'' if seed == 0 else f'_seed{seed}'}.pt")
+    def bits(losses):
+        return round(losses.mean().item(), 4)
+
     row = {
-        "seed": seed, "device": device, "steps": gpt_json["steps"],
+        "seed": seed, "device": device, "steps": steps,
         "cpu_seconds_training": round(cpu, 1),
-        "train_loss_last_50": round(sum(losses[-50:]) / 50 / math.log(2), 4),
-        "fill_in_bits": {"masked": round(fill_in_losses(mlm, held_out, mask_id=mask_id)
-                                         .mean().item(), 4),
-                         "causal": round(fill_in_losses(gpt, held_out).mean().item(), 4)},
-        "left_to_right_bits": {"masked": round(left_to_right_bits(mlm, held_out, mask_id), 4),
-                               "causal": round(left_to_right_bits(gpt, held_out, mask_id), 4)},
+        "train_loss_last_50": round(sum(losses[-50:]) / len(losses[-50:]) / math.log(2), 4),
+        "fill_in_bits": {
+            "masked": bits(fill_in_losses(mlm, held_out, mask_id=mask_id, max_windows=windows)),
+            "causal": bits(fill_in_losses(gpt, held_out, max_windows=windows))},
+        "left_to_right_bits": {
+            "masked": round(left_to_right_bits(mlm, held_out, mask_id, windows), 4),
+            "causal": round(left_to_right_bits(gpt, held_out, mask_id, windows), 4)},
     }
-    print(json.dumps(row), flush=True)
     return row
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    table = json.loads(TABLE.read_text()) if TABLE.exists() else {"rows": []}
-    for seed in args.seeds:
-        row = run(seed, args.device)
-        table["rows"] = [r for r in table["rows"] if r["seed"] != seed] + [row]
-        table["rows"].sort(key=lambda r: r["seed"])
-        table.update(corpus=CORPUS, mask_rate=0.15, positions_left_to_right=POSITIONS,
-                     torch=torch.__version__)
-        TABLE.write_text(json.dumps(table, indent=1) + "\n")
+VERSION = 1  # bump when a change alters what a run computes: every run is made again
+TIMING_KEYS = ("cpu_seconds_training",)
 
 
-if __name__ == "__main__":
-    main()
+def grid(seeds=None, smoke=False) -> list[dict]:
+    """One run per seed (``smoke``: seed 0, 2 steps, scored on 4 held-out windows)."""
+    if smoke:
+        return [{"seed": 0, "steps": 2, "max_windows": 4}]
+    return [{"seed": seed} for seed in (seeds or [0])]
+
+
+def cpu_seconds(config: dict) -> float:
+    return 250.0 if "steps" not in config else 10.0  # 101-249 s for the committed rows
+
+
+def table(records: list[dict]) -> dict:
+    """The chapter's table: a row per seed, sorted by seed."""
+    from experiments import runner
+    rows = sorted((r["row"] for r in records), key=lambda r: r["seed"])
+    return {"rows": rows, "corpus": CORPUS, "mask_rate": 0.15,
+            "positions_left_to_right": POSITIONS, "torch": runner.torch_version(records)}
+
+
+if __name__ == "__main__":  # the same as: python -m experiments run ch12_mlm ...
+    sys.path.insert(0, str(ROOT))
+    from experiments.runner import script
+    script("ch12_mlm")

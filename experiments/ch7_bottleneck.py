@@ -8,27 +8,27 @@ and 8x (one run evaluated at every budget on its way; the book's table adds 16x 
 seeds 5 to 9, see ``experiments/tables/README.md``) and with a state twice as large
 (H = 128); and, at the chapter's budget, the two placements of the query with the same
 attention layer: after the decoder's step ("multi-head", "dot") or before it, as Bahdanau et
-al. ("bahdanau" with 4 heads, "bahdanau-dot" with the scaled dot product). Writes
-``book/data/ch7_bottleneck.json``, which chapter 7 reads, adding to the runs already in it.
+al. ("bahdanau" with 4 heads, "bahdanau-dot" with the scaled dot product). ``table`` writes
+``book/data/ch7_bottleneck.json``, which chapter 7 reads.
 About 260 s of single-thread CPU per seed on an idle machine (several times that on a busy
 one).
 
-Run from the repository root (one thread per process)::
+Run from the repository root::
 
-    OMP_WAIT_POLICY=PASSIVE nice -n 5 python experiments/ch7_bottleneck.py --seeds 0 1 2 3 4
+    python -m experiments run ch7_bottleneck --seeds 0 1 2 3 4
+    python -m experiments run ch7_bottleneck --seeds 5 --where kind=none
+    python -m experiments table ch7_bottleneck --out book/data/ch7_bottleneck.json
 
-``--seeds`` picks the seeds of the plan (the book's table: seeds 0 to 4 from the first writing,
-and what could be added of seeds 5 to 9); ``--runs kind:hidden:steps[/steps...]:seed,...``
-runs a list instead (the partial tables in ``experiments/tables`` were made so, and
-``--merge`` adds them to the book's table); ``--state-dir`` saves each run's final state, so
-that a later call with a larger budget continues it instead of starting again; ``--jobs 2``
-runs two processes. Bahdanau's placement with four heads is the slowest run, its decoder
-stepping one character at a time through the projections: about 150 s of CPU on a busy
+Each run trains one configuration and evaluates it at each of its checkpoints (a budget
+curve); a run whose checkpoints are all in the results already, from earlier runs, is skipped.
+``run_curve`` can continue a curve from states saved in a folder, as the book's 16x and 32x
+runs did (``experiments/tables/README.md``); the runner trains each curve from the start.
+Bahdanau's placement with four heads is the slowest run, its decoder stepping one character
+at a time through the projections: about 150 s of CPU on a busy
 machine, about five times the same layer placed after the step."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -119,20 +119,6 @@ def _data(cfg):
     return _DATA[key]
 
 
-def run_one(kind, hidden, steps, seed, cfg=CONFIG, data=None):
-    """One configuration trained for ``steps`` steps with ``train_seq2seq``: one record."""
-    train, test, src, tgt = data or _data(cfg)
-    X, X_lens = src.encode_batch([ex.source for ex in train])
-    Y, Y_lens = tgt.encode_batch([ex.target for ex in train], eos=True)
-    model = build(kind, hidden, cfg, len(src), len(tgt), seed)
-    t0 = time.process_time()
-    losses = train_seq2seq(model, X, X_lens, Y, Y_lens, steps=steps, batch_size=cfg["batch"],
-                           lr=cfg["lr"], seed=seed, clip=cfg["max_grad_norm"])
-    acc = exact_match_by_k(model, test, src, tgt, cfg)
-    return dict(kind=kind, hidden=hidden, steps=steps, seed=seed, final_loss=losses[-1],
-                exact_match=acc, cpu_s=time.process_time() - t0)
-
-
 def run_curve(kind, hidden, checkpoints, seed, cfg=CONFIG, state_dir=None):
     """One training run evaluated at several budgets: one record per checkpoint.
 
@@ -190,98 +176,79 @@ def run_curve(kind, hidden, checkpoints, seed, cfg=CONFIG, state_dir=None):
     return records
 
 
-def plan(seeds, H, S):
-    """The sweep, most important runs first: (kind, hidden, checkpoints, seed)."""
+VERSION = 1  # bump when a change alters what a run computes: every run is made again
+TIMING_KEYS = ()  # the records' cpu_s: see same_rows
+TABLE = ROOT / "book" / "data" / "ch7_bottleneck.json"
+SMOKE = dict(n_train=256, n_test_per_k=4, embed=8)
+
+
+def grid(seeds=None, smoke=False) -> list[dict]:
+    """The sweep, most important runs first: each a training run evaluated at its checkpoints
+    (``smoke``: two kinds, a tiny model, 2 and 3 steps, 256 training lines)."""
+    if smoke:
+        return [{"kind": k, "hidden": 16, "checkpoints": [2, 3], "seed": 0, "smoke": True}
+                for k in ("none", "bahdanau")]
+    H, S = CONFIG["hidden"], CONFIG["steps"]
+    seeds = seeds if seeds is not None else SEEDS
     runs = []
     for seed in seeds:  # the placement of the query, with the same attention layer
         runs += [("multi-head", H, [S, 4 * S], seed), ("bahdanau", H, [S], seed),
                  ("dot", H, [S], seed), ("bahdanau-dot", H, [S], seed)]
     runs += [("none", H, [S, 2 * S, 4 * S, 8 * S], seed) for seed in seeds]  # the budget curve
     runs += [("none", 2 * H, [S, 4 * S], seed) for seed in seeds]  # the larger state
-    return runs
+    return [{"kind": k, "hidden": h, "checkpoints": c, "seed": s} for k, h, c, s in runs]
 
 
-def _job(args):
+def cpu_seconds(config: dict) -> float:
+    # CPU seconds a step, from the committed runs (Bahdanau's with 4 heads: the docstring's)
+    per_step = {"none": 0.026, "multi-head": 0.034, "dot": 0.026, "bahdanau-dot": 0.049,
+                "bahdanau": 0.3}.get(config["kind"], 0.04)
+    return per_step * max(config["checkpoints"]) * (1.9 if config["hidden"] > 64 else 1)
+
+
+def covered(config: dict, rows: list[dict]) -> bool:
+    """Whether every checkpoint of a run is in the results already (made by another run)."""
+    have = {_key(r) for row in rows for r in row.get("records", [row])}
+    return all((config["kind"], config["hidden"], c, config["seed"]) in have
+               for c in config["checkpoints"])
+
+
+def run(config: dict) -> dict:
+    """One training run, evaluated at each checkpoint: its records."""
     torch.set_num_threads(1)
-    *job, state_dir = args
-    return run_curve(*job, state_dir=state_dir)
+    cfg = {**CONFIG, **SMOKE} if config.get("smoke") else CONFIG
+    records = run_curve(config["kind"], config["hidden"], config["checkpoints"], config["seed"],
+                        cfg)
+    return {"records": [{**r, "exact_match": {str(k): v for k, v in r["exact_match"].items()}}
+                        for r in records]}
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--seeds", type=int, nargs="+", default=SEEDS)
-    p.add_argument("--runs", default="",
-                   help="kind:hidden:steps[/steps...]:seed,... instead of the plan")
-    p.add_argument("--jobs", type=int, default=1)
-    p.add_argument("--state-dir", default=None,
-                   help="save the trained states here, to extend a budget curve later")
-    p.add_argument("--out", default=str(ROOT / "book" / "data" / "ch7_bottleneck.json"))
-    p.add_argument("--merge", nargs="+", default=None,
-                   help="add the runs of these tables (same configuration) to --out; no training")
-    a = p.parse_args()
-    torch.set_num_threads(1)
-    cfg = CONFIG
-    H, S = cfg["hidden"], cfg["steps"]
-    if a.merge:
-        table = json.loads(Path(a.out).read_text())
-        have = {(r["kind"], r["hidden"], r["steps"], r["seed"]) for r in table["runs"]}
-        for name in a.merge:
-            other = json.loads(Path(name).read_text())
-            assert other["config"] == table["config"], f"{name}: another configuration"
-            for r in other["runs"]:
-                if (r["kind"], r["hidden"], r["steps"], r["seed"]) not in have:
-                    have.add((r["kind"], r["hidden"], r["steps"], r["seed"]))
-                    table["runs"].append(r)
-        table["seeds"] = sorted({r["seed"] for r in table["runs"]})
-        Path(a.out).write_text(json.dumps(table, indent=1) + "\n")
-        print(f"table: {len(table['runs'])} records, seeds {table['seeds']}")
-        return
-    if a.runs:
-        runs = []
-        for r in a.runs.split(","):
-            kind, hidden, steps, seed = r.split(":")
-            runs.append((kind, int(hidden), [int(s) for s in steps.split("/")], int(seed)))
-    else:
-        runs = plan(a.seeds, H, S)
-    table = dict(config=cfg, runs=[], checks=[])
-    if Path(a.out).exists():  # add to the table: keep every run already in it
-        table = json.loads(Path(a.out).read_text())
-        assert table["config"] == cfg, "the table was made with another configuration"
-        table.setdefault("checks", [])
-
-    def key(r):
-        return r["kind"], r["hidden"], r["steps"], r["seed"]
-
-    have = {key(r): r for r in table["runs"]}
-    runs = [r for r in runs if any((r[0], r[1], c, r[3]) not in have for c in r[2])]
-    print(f"{len(runs)} training runs to do", flush=True)
-    t0 = time.time()
-    jobs = [(*r, a.state_dir) for r in runs]
-    if a.jobs > 1:
-        import multiprocessing as mp
-        results = mp.get_context("fork").Pool(a.jobs).imap(_job, jobs)
-    else:
-        results = map(_job, jobs)
-    for records in results:
-        for r in records:
-            if key(r) in have:  # the same model trained by a separate run: it must agree
-                old = have[key(r)]
-                same = old["exact_match"] == {str(k): v for k, v in r["exact_match"].items()}
-                table["checks"].append(dict(kind=r["kind"], hidden=r["hidden"],
-                                            steps=r["steps"], seed=r["seed"],
-                                            same_exact_match=same))
-                print("check", key(r), "same as the table:", same, flush=True)
-            else:
-                have[key(r)] = r
-                table["runs"].append(r)
-                print(json.dumps(r), flush=True)
-        table["seeds"] = sorted({r["seed"] for r in table["runs"]})
-        table["torch"] = torch.__version__
-        Path(a.out).write_text(json.dumps(table, indent=1) + "\n")
-    total_cpu = sum(r["cpu_s"] for r in table["runs"])
-    print(f"table: {len(table['runs'])} records; wall {time.time() - t0:.0f} s "
-          f"(records' CPU, curves counted at each checkpoint: {total_cpu:.0f} s)")
+def same_rows(a: dict, b: dict) -> bool:
+    """Two rows agree but for the CPU seconds."""
+    def strip(row):
+        return [{k: v for k, v in r.items() if k != "cpu_s"} for r in row["records"]]
+    return strip(a) == strip(b)
 
 
-if __name__ == "__main__":
-    main()
+def _key(r):
+    return r["kind"], r["hidden"], r["steps"], r["seed"]
+
+
+def table(records: list[dict]) -> dict:
+    """The chapter's table: every evaluated checkpoint once (the first made), in the order
+    the results were written."""
+    from experiments import runner
+    fields, records = runner.header(records)
+    runs, have = [], set()
+    for rec in records:
+        for r in rec["row"].get("records", [rec["row"]]):
+            if _key(r) not in have:
+                have.add(_key(r))
+                runs.append(r)
+    return {"config": CONFIG, "seeds": sorted({r["seed"] for r in runs}), **fields,
+            "torch": runner.torch_version(records), "runs": runs, "checks": []}
+
+
+if __name__ == "__main__":  # the same as: python -m experiments run ch7_bottleneck ...
+    from experiments.runner import script
+    script("ch7_bottleneck")

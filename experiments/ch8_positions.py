@@ -1,11 +1,12 @@
 """Chapter 8's position experiment over seeds: which encoding learns the previous-token task,
 and which extrapolates beyond the training length.
 
-    python experiments/ch8_positions.py            # about 4 minutes of one CPU core
-    python experiments/ch8_positions.py --setting big --seeds 5 6 7 8 9   # add seeds
+    python -m experiments run ch8_positions                # about 4 minutes of one CPU core
+    python -m experiments run ch8_positions --seeds 13 14  # fresh seeds, both settings
+    python -m experiments table ch8_positions --out book/data/ch8_positions.json
 
-writes ``book/data/ch8_positions.json``. The model, task, training and test are those of the
-chapter's cells (section "Positions, settled by experiment"); the steps are the library's loop,
+``table`` writes ``book/data/ch8_positions.json``. The model, task, training and test are those
+of the chapter's cells (section "Positions, settled by experiment"); the steps are the library's loop,
 ``d2lattn.fit``, which takes the same steps as the chapter's own loop, bit for bit. The chapter
 re-runs seed 0 of the "base" setting live and checks it against this table.
 
@@ -20,11 +21,9 @@ table holds these seeds and fresh ones added after the prose was written (base 8
 
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 import sys
-import time
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402
@@ -100,47 +99,58 @@ def order_blind_optimum(length, seed=123):
     return (others.max(dim=-1).values[:, 1:] / (length - 1)).float().mean().item()
 
 
-def main() -> None:
-    """``--setting NAME --seeds S ...`` trains one setting on more seeds and adds them to the
-    table (written after every seed); without them, every setting on its seeds, afresh."""
-    import argparse
-
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--setting", choices=list(SETTINGS), action="append")
-    p.add_argument("--seeds", type=int, nargs="+", default=None)
-    p.add_argument("--out", default=str(OUT))
-    a = p.parse_args()
-    out = pathlib.Path(a.out)
-    if a.seeds is not None:
-        table = json.loads(out.read_text())
-    else:
-        table = {"lengths": LENGTHS, "encodings": ENCODINGS,
-                 "order_blind_optimum": [round(order_blind_optimum(t), 4) for t in LENGTHS],
-                 "settings": {}}
-    start = time.process_time()
-    for name in a.setting or list(SETTINGS):
-        s = dict(SETTINGS[name])
-        entry = table["settings"].setdefault(
-            name, {k: v for k, v in s.items() if k != "seeds"} | {
-                "seeds": [], "accuracy": {e: {} for e in ENCODINGS}})
-        assert all(entry[k] == v for k, v in s.items() if k != "seeds"), "another setting"
-        seeds = a.seeds if a.seeds is not None else s["seeds"]
-        for seed in [seed for seed in seeds if seed not in entry["seeds"]]:
-            for positions in ENCODINGS:
-                torch.manual_seed(seed)
-                model = TinyTransformer(10, num_hiddens=s["num_hiddens"],
-                                        num_layers=s["num_layers"], positions=positions,
-                                        causal=False, max_len=64)
-                train_lm(model, previous_token_batch, steps=s["steps"], seed=seed)
-                entry["accuracy"][positions][str(seed)] = [
-                    round(previous_token_accuracy(model, t), 4) for t in LENGTHS]
-                print(name, positions, seed, entry["accuracy"][positions][str(seed)],
-                      f"{time.process_time() - start:.0f} s", file=sys.stderr, flush=True)
-            entry["seeds"] = entry["seeds"] + [seed]
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps(table, indent=1) + "\n")
-    print(f"wrote {out}")
+SMOKE = dict(num_hiddens=16, num_layers=1, steps=3, seeds=[0])
+TABLE = OUT
+VERSION = 1  # bump when a change alters what a run computes: every run is made again
+TIMING_KEYS = ()
 
 
-if __name__ == "__main__":
-    main()
+def grid(seeds=None, smoke=False) -> list[dict]:
+    """One run per setting, seed and encoding (``smoke``: one seed of a 3-step model)."""
+    settings = {"smoke": SMOKE} if smoke else SETTINGS
+    return [{"setting": name, **{k: v for k, v in s.items() if k != "seeds"},
+             "seed": seed, "encoding": positions}
+            for name, s in settings.items() for seed in (seeds or s["seeds"])
+            for positions in ENCODINGS]
+
+
+def cpu_seconds(config: dict) -> float:
+    return 0.012 * config["steps"] * config["num_layers"]  # about 4 minutes for the grid
+
+
+def run(config: dict) -> dict:
+    """Train one encoding on one seed; its accuracy at each of ``LENGTHS``."""
+    torch.manual_seed(config["seed"])
+    model = TinyTransformer(10, num_hiddens=config["num_hiddens"],
+                            num_layers=config["num_layers"], positions=config["encoding"],
+                            causal=False, max_len=64)
+    train_lm(model, previous_token_batch, steps=config["steps"], seed=config["seed"])
+    return {"accuracy": [round(previous_token_accuracy(model, t), 4) for t in LENGTHS]}
+
+
+def table(records: list[dict]) -> dict:
+    """The chapter's table: per setting, its seeds and each encoding's accuracies by seed."""
+    out = {"lengths": LENGTHS, "encodings": ENCODINGS,
+           "order_blind_optimum": [round(order_blind_optimum(t), 4) for t in LENGTHS],
+           "settings": {}}
+    for r in sorted(records, key=lambda r: (r["config"]["setting"] not in SETTINGS,
+                                           list(SETTINGS).index(r["config"]["setting"])
+                                           if r["config"]["setting"] in SETTINGS else 0,
+                                           r["config"]["seed"])):
+        c = r["config"]
+        entry = out["settings"].setdefault(c["setting"], {
+            "num_hiddens": c["num_hiddens"], "num_layers": c["num_layers"],
+            "steps": c["steps"], "seeds": [], "accuracy": {e: {} for e in ENCODINGS}})
+        if c["seed"] not in entry["seeds"]:
+            entry["seeds"].append(c["seed"])
+        entry["accuracy"][c["encoding"]][str(c["seed"])] = r["row"]["accuracy"]
+    for entry in out["settings"].values():  # a seed is listed once every encoding has it
+        entry["seeds"] = [s for s in entry["seeds"]
+                          if all(str(s) in entry["accuracy"][e] for e in ENCODINGS)]
+    return out
+
+
+if __name__ == "__main__":  # the same as: python -m experiments run ch8_positions ...
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+    from experiments.runner import script
+    script("ch8_positions")

@@ -1,12 +1,12 @@
 """Chapter 8's comparison over seeds: chapter 7's GRU with additive attention against a small
 Transformer, on the date task, at the same budget of Adam steps.
 
-    python experiments/ch8_rnn_vs_transformer.py            # about 12 minutes of one CPU core
-    python experiments/ch8_rnn_vs_transformer.py --jobs 3   # the same runs on 3 processes
-    python experiments/ch8_rnn_vs_transformer.py --seeds 5 6 7 8 9   # add seeds to the table
+    python -m experiments run ch8_rnn_vs_transformer               # about 12 CPU-minutes
+    python -m experiments run ch8_rnn_vs_transformer --seeds 10 11  # fresh test seeds
+    python -m experiments table ch8_rnn_vs_transformer --out book/data/ch8_rnn_vs_transformer.json
 
-writes ``book/data/ch8_rnn_vs_transformer.json``. The data, batches, models, training loop and
-test are those of the chapter's cells (section "A Transformer reads dates"); the chapter
+``table`` writes ``book/data/ch8_rnn_vs_transformer.json``. The data, batches, models, training
+loop and test are those of the chapter's cells (section "A Transformer reads dates"); the chapter
 re-runs seed 0 live and checks it against this table.
 
 1. Learning rates, tuned alike for both models on a validation set (dates drawn with seed 2,
@@ -17,24 +17,18 @@ re-runs seed 0 live and checks it against this table.
    position table (nothing about positions to learn) instead of the learned one, 300 steps.
 4. Four times the budget (1200 steps), seeds 0..4: a gap that is learning speed closes.
 
-``--curves rnn`` (no other run) records the training loss of seed 0, step by step, at the
-chapter's budget and the chosen rate, under ``loss_curves``: the chapter plots the RNN's curve
-from the table next to the Transformer it trains live.
-
-``--seeds`` adds fresh seeds to the test settings (2-4) of an existing table; the book's table
-holds seeds 0..4 (those the chapter's prose was first written from) and 5..9 (added after:
-5 and 6 at 300 steps first, then 7..9 at 300 steps and 5..9 at 1200 steps, with
-``--seeds 5 6 7 8 9``).
+The loss curve of the RNN's seed 0 at the chapter's budget and the chosen rate is kept under
+``loss_curves``: the chapter plots it next to the Transformer it trains live. The rates the
+test runs use are ``CHOSEN``; ``table`` derives the choice from the validation rows and refuses
+a table whose test runs used other rates. The book's table holds seeds 0..4 (those the
+chapter's prose was first written from) and 5..9 (added after).
 """
 
 from __future__ import annotations
 
-import json
-import multiprocessing
 import os
 import pathlib
 import sys
-import time
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402
@@ -173,107 +167,99 @@ def loss_curve(kind, lr, seed=0):
     return [round(loss, 4) for loss in losses]
 
 
-def run(kind, lr, seed, steps, split, positions="learned"):
+def train_and_test(kind, lr, seed, steps, split, positions="learned"):
     examples = valid_set if split == "valid" else test_set
     model = make_model(kind, seed, positions)
     train(model, lr, steps, WARMUP[kind], seed)
     return round(exact_match(model, kind, examples), 4)
 
 
-def _run(job):
-    return job, run(*job)
+#: The rates the validation runs chose (``table`` checks them against the validation rows:
+#: a change of RATES that changes the choice must change these, and the test runs follow).
+CHOSEN = {"rnn": 0.008, "transformer": 0.005}
+TESTS = [("rnn", STEPS, "learned"), ("transformer", STEPS, "learned"),
+         ("transformer", STEPS, "sinusoidal"),
+         ("rnn", 4 * STEPS, "learned"), ("transformer", 4 * STEPS, "learned")]
+VERSION = 1  # bump when a change alters what a run computes: every run is made again
+TIMING_KEYS = ()
+TABLE = OUT
 
 
-def main() -> None:
-    """Run every setting; ``--jobs N`` spreads the runs over N processes (one thread each);
-    ``--resume`` keeps the entries already in the table; ``--seeds S ...`` trains the test
-    settings on more seeds (with the rates already chosen) and adds them to the table."""
-    import argparse
-
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--jobs", type=int, default=1)
-    p.add_argument("--resume", action="store_true")
-    p.add_argument("--seeds", type=int, nargs="+", default=None)
-    p.add_argument("--out", default=str(OUT))
-    p.add_argument("--curves", nargs="+", choices=list(RATES), default=None,
-                   help="record seed 0's training losses of these models, nothing else")
-    a = p.parse_args()
-    out = pathlib.Path(a.out)
-    if a.curves:
-        table = json.loads(out.read_text())
-        for kind in a.curves:
-            table.setdefault("loss_curves", {})[f"{kind} {STEPS} seed 0"] = loss_curve(
-                kind, table["chosen_rates"][kind])
-        out.write_text(json.dumps(table, indent=1) + "\n")
-        print(f"wrote {out}")
-        return
-    adding = a.seeds is not None
-    table = json.loads(out.read_text()) if out.exists() and (a.resume or adding) else {}
-    seeds = SEEDS if not adding else [s for s in a.seeds if s not in table.get("seeds", [])]
-    table.update({"rates": RATES, "warmup": WARMUP, "tune_seeds": TUNE_SEEDS,
-                  "steps": STEPS, "batch": BATCH})
-    table.setdefault("seeds", [])
-    start = time.time()
-
-    def save():
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(table, indent=1) + "\n")
-
-    def run_all(section, keyed_jobs):
-        """keyed_jobs: {key: [job per seed]}; fills table[section][key] with the results."""
-        results = table.setdefault(section, {})
-        todo = [job for key, js in keyed_jobs.items() if key not in results for job in js]
-        found = {}
-        with multiprocessing.Pool(a.jobs) as pool:
-            for job, value in pool.imap(_run, todo):
-                found[job] = value
-                print(section, job, value, f"{time.time() - start:.0f} s", file=sys.stderr,
-                      flush=True)
-        for key, js in keyed_jobs.items():
-            if key not in results:
-                results[key] = [found[job] for job in js]
-
-    if "chosen_rates" not in table:
-        run_all("validation_exact_match", {
-            f"{kind} {lr}": [(kind, lr, seed, STEPS, "valid") for seed in TUNE_SEEDS]
-            for kind, rates in RATES.items() for lr in rates})
-        tune = table["validation_exact_match"]
-        table["chosen_rates"] = {kind: max(rates, key=lambda lr: sum(tune[f"{kind} {lr}"]))
-                                 for kind, rates in RATES.items()}
-        save()
-    best = table["chosen_rates"]
-    runs = [("rnn", STEPS, "learned"), ("transformer", STEPS, "learned"),
-            ("transformer", STEPS, "sinusoidal"),
-            ("rnn", 4 * STEPS, "learned"), ("transformer", 4 * STEPS, "learned")]
-
-    def name(kind, steps, positions):
-        return f"{kind} {steps}" + (" sinusoidal" if positions == "sinusoidal" else "")
-
-    if not adding:
-        run_all("test_exact_match", {
-            name(*r): [(r[0], best[r[0]], seed, r[1], "test", r[2]) for seed in seeds]
-            for r in runs})
-        table["seeds"] = seeds
-        table["test_seeds"] = {name(*r): seeds for r in runs}
-    else:  # one run at a time, the table saved after each: the short runs first, by seed
-        results, test_seeds = table["test_exact_match"], table.setdefault("test_seeds", {})
-        for r in runs:
-            test_seeds.setdefault(name(*r), list(table["seeds"]))
-        todo = [(r, seed) for seed in seeds for r in runs[:3]]
-        todo += [(r, seed) for seed in seeds for r in runs[3:]]
-        for r, seed in todo:
-            if seed in test_seeds[name(*r)]:
-                continue
-            _, value = _run((r[0], best[r[0]], seed, r[1], "test", r[2]))
-            results[name(*r)].append(value)
-            test_seeds[name(*r)].append(seed)
-            print(name(*r), seed, value, f"{time.time() - start:.0f} s", file=sys.stderr,
-                  flush=True)
-            save()
-        table["seeds"] = sorted(set.intersection(*(set(v) for v in test_seeds.values())))
-    save()
-    print(f"wrote {out}")
+def grid(seeds=None, smoke=False) -> list[dict]:
+    """The validation runs (each rate, the tuning seeds), the test runs (each setting with the
+    chosen rate, each seed) and the RNN's loss curve (``smoke``: one of each, 2 steps)."""
+    if smoke:
+        return [{"stage": "validation", "kind": "rnn", "lr": 0.008, "seed": 100, "steps": 2},
+                {"stage": "test", "kind": "transformer", "lr": 0.005, "seed": 0, "steps": 2,
+                 "positions": "sinusoidal"},
+                {"stage": "curve", "kind": "rnn", "lr": 0.008, "seed": 0, "steps": 2}]
+    runs = [{"stage": "validation", "kind": kind, "lr": lr, "seed": seed, "steps": STEPS}
+            for kind, rates in RATES.items() for lr in rates for seed in TUNE_SEEDS]
+    runs += [{"stage": "test", "kind": kind, "lr": CHOSEN[kind], "seed": seed, "steps": steps,
+              "positions": positions}
+             for kind, steps, positions in TESTS for seed in (seeds or SEEDS)]
+    runs += [{"stage": "curve", "kind": "rnn", "lr": CHOSEN["rnn"], "seed": 0, "steps": STEPS}]
+    return runs
 
 
-if __name__ == "__main__":
-    main()
+def cpu_seconds(config: dict) -> float:
+    return (0.06 if config["kind"] == "rnn" else 0.04) * config["steps"] + 3
+
+
+def run(config: dict) -> dict:
+    """One run: its exact match on the validation or test set, or its loss curve."""
+    kind, lr, seed, steps = config["kind"], config["lr"], config["seed"], config["steps"]
+    if config["stage"] == "curve":
+        losses = train(make_model(kind, seed), lr, steps, WARMUP[kind], seed)
+        return {"losses": [round(loss, 4) for loss in losses]}
+    split = "valid" if config["stage"] == "validation" else "test"
+    return {"exact_match": train_and_test(kind, lr, seed, steps, split,
+                                          config.get("positions", "learned"))}
+
+
+def _name(kind, steps, positions):
+    return f"{kind} {steps}" + (" sinusoidal" if positions == "sinusoidal" else "")
+
+
+def table(records: list[dict]) -> dict:
+    """The chapter's table: validation by rate, the rates chosen, test by setting and seed
+    (before every validation run is done, the rates chosen are ``CHOSEN``)."""
+    by = {}
+    for r in records:
+        c = r["config"]
+        by.setdefault(c["stage"], {})[c["kind"], c["lr"], c["seed"], c["steps"],
+                                      c.get("positions", "learned")] = r["row"]
+    valid = by.get("validation", {})
+    validation = {}
+    for kind, rates in RATES.items():
+        for lr in rates:
+            values = [valid[k]["exact_match"] for s in TUNE_SEEDS
+                      if (k := (kind, lr, s, STEPS, "learned")) in valid]
+            if values:
+                validation[f"{kind} {lr}"] = values
+    complete = all(len(validation.get(f"{kind} {lr}", [])) == len(TUNE_SEEDS)
+                   for kind, rates in RATES.items() for lr in rates)
+    chosen = ({kind: max(rates, key=lambda lr: sum(validation[f"{kind} {lr}"]))
+               for kind, rates in RATES.items()} if complete else dict(CHOSEN))
+    if chosen != CHOSEN:
+        raise ValueError(f"the validation runs choose {chosen}, the test runs used {CHOSEN}: "
+                         "set CHOSEN and run the test runs again")
+    test, test_seeds = {}, {}
+    for kind, steps, positions in TESTS:
+        runs = {k[2]: row for k, row in by.get("test", {}).items()
+                if k[:2] == (kind, chosen[kind]) and k[3:] == (steps, positions)}
+        test_seeds[_name(kind, steps, positions)] = sorted(runs)
+        test[_name(kind, steps, positions)] = [runs[s]["exact_match"] for s in sorted(runs)]
+    curves = {f"{kind} {steps} seed {seed}": row["losses"]
+              for (kind, lr, seed, steps, _), row in by.get("curve", {}).items()}
+    return {"rates": RATES, "warmup": WARMUP, "tune_seeds": TUNE_SEEDS,
+            "seeds": sorted(set.intersection(*(set(v) for v in test_seeds.values()))),
+            "steps": STEPS, "batch": BATCH, "validation_exact_match": validation,
+            "chosen_rates": chosen, "test_exact_match": test, "test_seeds": test_seeds,
+            "loss_curves": curves}
+
+
+if __name__ == "__main__":  # the same as: python -m experiments run ch8_rnn_vs_transformer ...
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+    from experiments.runner import script
+    script("ch8_rnn_vs_transformer")

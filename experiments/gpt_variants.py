@@ -1,7 +1,8 @@
 """Chapter 12's Shakespeare GPT with other attention layers, at the same size, budget and split.
 
-    python experiments/gpt_variants.py --seeds 0 1 2 3 4             # every variant, 3-7 CPU-min a run
-    python experiments/gpt_variants.py --variants linear mla --seeds 5
+    python -m experiments run gpt_variants --seeds 0 1 2 3 4    # every variant, 3-7 CPU-min a run
+    python -m experiments run gpt_variants --where variant=mla --seeds 5
+    python -m experiments table gpt_variants --out book/data/gpt_variants.json
 
 Every run uses chapter 12's Shakespeare recipe (``experiments/ch12_gpt.py``: 4 layers, d = 128,
 4 heads, a 128-character window, 600 AdamW steps of 16 windows, warm-up 50) and the same
@@ -21,20 +22,16 @@ seeded batches; only the attention layer, and with it the positions, changes:
                      d_c = 4 d_h = 128 and d^R = d_h / 2 = 16: it caches 144 numbers per token
                      and layer where multi-head attention caches 256.
 
-Two processes may share a sweep (a run in progress is claimed by a hidden marker file beside the
-table). Appends one record per run (variant, seed, held-out bits per character over the whole held-out
-split and by position in the window, the training loss of every step, parameters, cache numbers
+``table`` writes one record per run (variant, seed, held-out bits per character over the
+whole held-out split and by position in the window, the training loss of every step, parameters, cache numbers
 per token and layer, CPU seconds) to
-``book/data/gpt_variants.json``; a run already in the table is skipped, so the command can be
-stopped and started again. The table's ``torch`` is the version the runs were made with; a run
-merged from another machine or version names its own in the run's ``torch``. Chapters 14 and 15
+``book/data/gpt_variants.json``, in the order the runs finished. The table's ``torch`` is the
+version of its first run; the results file names each run's. Chapters 14 and 15
 read the table.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 import time
@@ -90,61 +87,54 @@ def cache_per_token(variant: str) -> str:
             "mla": f"{4 * d_h + d_h // 2} per token and layer"}[variant]
 
 
-def run(variant: str, seed: int) -> dict:
+VERSION = 1  # bump when a change alters what a run computes: every run is made again
+TIMING_KEYS = ("cpu_seconds",)
+TABLE = OUT
+
+
+def grid(seeds=None, smoke=False) -> list[dict]:
+    """Seed by seed, every variant (``smoke``: two variants, 2 steps, 4 held-out windows)."""
+    if smoke:
+        return [{"variant": v, "seed": 0, "steps": 2, "max_windows": 4}
+                for v in ("softmax", "gated_delta")]
+    return [{"variant": v, "seed": seed} for seed in (seeds or [0, 1, 2, 3, 4])
+            for v in VARIANTS]
+
+
+def cpu_seconds(config: dict) -> float:
+    # CPU seconds of the committed runs, by variant
+    seconds = {"softmax": 155, "softmax-learned": 187, "linear": 327, "delta": 407,
+               "gated_delta": 421, "hybrid": 402, "mla": 392}[config["variant"]]
+    return seconds * config.get("steps", STEPS) / STEPS
+
+
+def run(config: dict) -> dict:
+    """Train one variant on one seed; held-out bits, the loss curve, the cache it needs."""
+    variant, seed = config["variant"], config["seed"]
     split = load_split("shakespeare")
     tok = CharTokenizer(split.text)
     train, held_out = tok.encode(split.train), tok.encode(split.held_out)
     model = build(variant, len(tok), seed)
     start = time.process_time()
-    losses = train_lm(model, train, steps=STEPS, batch_size=BATCH, lr=LR, warmup=WARMUP,
-                      seed=seed)
+    losses = train_lm(model, train, steps=config.get("steps", STEPS), batch_size=BATCH, lr=LR,
+                      warmup=WARMUP, seed=seed)
     cpu = time.process_time() - start
-    bits = held_out_losses(model, held_out)  # (W, T)
-    result = {"variant": variant, "seed": seed, "parameters": model.num_parameters(),
-              "held_out_bits": round(bits.mean().item(), 4),
-              "held_out_bits_by_position": [round(x, 4) for x in bits.mean(0).tolist()],
-              "train_loss": [round(x, 4) for x in losses],  # nats, one per step
-              "cache": cache_per_token(variant), "cpu_seconds": round(cpu, 1)}
-    print(f"{variant:>16} seed {seed}: {result['held_out_bits']:.3f} bits/char held out, "
-          f"{cpu / 60:.1f} CPU-minutes", flush=True)
-    return result
+    bits = held_out_losses(model, held_out, max_windows=config.get("max_windows"))  # (W, T)
+    return {"variant": variant, "seed": seed, "parameters": model.num_parameters(),
+            "held_out_bits": round(bits.mean().item(), 4),
+            "held_out_bits_by_position": [round(x, 4) for x in bits.mean(0).tolist()],
+            "train_loss": [round(x, 4) for x in losses],  # nats, one per step
+            "cache": cache_per_token(variant), "cpu_seconds": round(cpu, 1)}
 
 
-def load(path: Path) -> dict:
-    if path.exists():
-        return json.loads(path.read_text())
+def table(records: list[dict]) -> dict:
+    """The chapters' table: the recipe and every run, in the order the runs finished."""
+    from experiments import runner
     return {"recipe": dict(corpus="shakespeare", config=CONFIG, steps=STEPS, batch_size=BATCH,
                            lr=LR, warmup=WARMUP),
-            "torch": torch.__version__, "runs": []}
+            "torch": runner.torch_version(records[:1]), "runs": [r["row"] for r in records]}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=VARIANTS)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    for seed in args.seeds:  # seed by seed: a stopped sweep leaves every variant even
-        for variant in args.variants:
-            table = load(args.out)
-            if any(r["variant"] == variant and r["seed"] == seed for r in table["runs"]):
-                continue
-            # a run in progress in another process (``--seeds`` lists may overlap)
-            claim = args.out.with_name(f".{args.out.stem}.{variant}.{seed}.running")
-            try:
-                claim.touch(exist_ok=False)
-            except FileExistsError:
-                continue
-            try:
-                result = run(variant, seed)
-                table = load(args.out)  # another process may have added runs meanwhile
-                table["runs"].append(result)
-                args.out.write_text(json.dumps(table, indent=1) + "\n")
-            finally:
-                claim.unlink()
-
-
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # the same as: python -m experiments run gpt_variants ...
+    from experiments.runner import script
+    script("gpt_variants")

@@ -1,0 +1,1 @@
+"""The book's experiments: one module per sweep, run by ``python -m experiments`` (README.md)."""
