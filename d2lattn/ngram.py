@@ -291,8 +291,9 @@ def paired_bootstrap(a: Sequence[float] | torch.Tensor, b: Sequence[float] | tor
         raise ValueError(f"level must be in (0, 1), got {level!r}")
     diff = a - b
     g = torch.Generator().manual_seed(seed)
-    idx = torch.randint(0, diff.numel(), (resamples, diff.numel()), generator=g)
-    means = diff[idx].mean(1)
+    means = torch.cat([diff[torch.randint(0, diff.numel(), (min(1000, resamples - i),
+                                              diff.numel()), generator=g)].mean(1)
+                       for i in range(0, resamples, 1000)])  # 1,000 resamples at a time
     q = torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64)
     low, high = torch.quantile(means, q).tolist()
     return diff.mean().item(), low, high
