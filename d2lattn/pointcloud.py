@@ -388,8 +388,8 @@ class EdgeConv(nn.Module):
     channel. A standard local point-cloud model with no attention: the neighbours are combined
     by a max, not by weights. Two choices differ from DGCNN and are the chapter's, to compare
     like with like: the neighbourhoods are the ``k`` nearest points in *space*, computed once
-    and shared by every layer (DGCNN recomputes them in feature space at each layer; its
-    section 4.5 also reports this fixed graph), and the edge feature carries the relative
+    and shared by every layer (DGCNN recomputes them in feature space at each layer, and
+    its ablation also reports the fixed graph), and the edge feature carries the relative
     position ``p_j - p_i`` that the vector layer encodes.
 
     Args:

@@ -10,10 +10,15 @@ models' weights ``book/data/ch16_pointcloud_<kind>.pt`` (float32, a few hundred 
 which the chapter loads. One thread; the CPU time of every run is recorded.
 
 * ``pointclouds``: :class:`d2lattn.PointCloudClassifier` of each kind (no attention, scalar,
-  vector, and the ablation scalar over neighbours) trained on 2,000 generated clouds (32 to 64 points, five families, random rotation,
+  vector, the ablation scalar over neighbours, and the two local models without attention:
+  ``"uniform"``, the vector model with uniform weights over the same neighbours, and
+  ``"edgeconv"``, DGCNN's EdgeConv over them) trained on 2,000 generated clouds (32 to 64 points, five families, random rotation,
   scale and noise; seed 0 of the data, the same for every model seed) for ``PC_STEPS`` steps;
   the baseline without attention also for 4x the steps. Test accuracy on 500 clouds of data
-  seed 1, and on four variations the models never saw (``ROBUSTNESS``).
+  seed 1, and on four variations the models never saw (``ROBUSTNESS``); rows written since the
+  locality ablation also carry the accuracy on the validation set (500 clouds of data seed 2)
+  and the per-cloud test verdicts (``test_correct``, a string of 0/1). ``--kinds`` runs a
+  subset of the kinds.
 * ``baseline``: the model without attention tuned as hard as the others were not: for seed 0,
   widths ``BASELINE_WIDTHS`` x learning rates ``BASELINE_LRS`` at 4x the steps, chosen on a
   validation set (500 clouds of data seed 2, never the test set); then the chosen width and rate
@@ -22,15 +27,6 @@ which the chapter loads. One thread; the CPU time of every run is recorded.
   largest distance between the points of a set (8 to 32 points in the square [-1, 1]^2; the model
   predicts the diameter standardised by the training set's mean and standard deviation), for
   ``SET_STEPS`` steps (DeepSets also 4x); test mean absolute error on 1,000 sets.
-* ``locality``: attention separated from locality. The ``"vector"`` model, the same model with
-  uniform weights over the same ``k`` neighbours (``"uniform"``: relative positions kept, no
-  attention) and DGCNN's EdgeConv over the same neighbours (``"edgeconv"``, Wang et al. 2019:
-  max aggregation, no attention), each on the chapter's recipe unchanged (``PC_MODEL``,
-  ``PC_STEPS``, ``PC_LR``: no setting is chosen in this task), trained on the same 2,000 clouds.
-  Read on a validation set (``LOCALITY_VALIDATION``: 500 clouds of data seed 2, the baseline's)
-  and once on a test set four times the chapter's (``LOCALITY_TEST``: 2,000 clouds of data seed
-  3, never used before), whose per-cloud verdicts are stored (``test_correct``, a string of 0/1)
-  for a paired bootstrap over clouds.
 * ``graphs``: :class:`d2lattn.GraphNodeClassifier` of each kind (MLP, GCN, GAT, Transformer)
   on a stochastic block model of 300 nodes (3 communities; a new graph per seed), 10 labelled
   nodes per community, 200 epochs; accuracy on the 200 nodes outside the first 100 of a
@@ -72,9 +68,6 @@ SET_STEPS, SET_BATCH, SET_LR = 1000, 64, 2e-3
 GRAPH = dict(num_nodes=300, num_blocks=3, p_in=0.05, p_out=0.005, feature_noise=2.0)
 GRAPH_LABELS_PER_CLASS, GRAPH_EPOCHS = 10, 200
 BASELINE_WIDTHS, BASELINE_LRS = (32, 64, 128), (1e-3, 3e-3, 1e-2)
-LOCALITY_KINDS = ("vector", "uniform", "edgeconv")
-LOCALITY_VALIDATION = dict(num_clouds=500, seed=2)
-LOCALITY_TEST = dict(num_clouds=2000, seed=3)
 CURVE_STEPS = 50  # the first training losses recorded in full, for the chapter's live check
 
 
@@ -83,7 +76,7 @@ def point_cloud_data():
     test = {"test": make_point_clouds(500, seed=1, **PC_DATA)}
     for name, change in ROBUSTNESS.items():
         test[name] = make_point_clouds(500, seed=1, **{**PC_DATA, **change})
-    return train, test
+    return train, test, make_point_clouds(500, seed=2, **PC_DATA)  # the last: validation
 
 
 @torch.no_grad()
@@ -95,7 +88,7 @@ def accuracy(model, clouds) -> float:
 def run_point_clouds(kind: str, seed: int, steps: int, data, *,
                      num_hiddens: int | None = None, lr: float | None = None,
                      validation=None) -> dict:
-    train, tests = data
+    train, tests, validation = data if len(data) == 3 else (*data, validation)
     torch.manual_seed(seed)
     config = {**PC_MODEL, "num_hiddens": num_hiddens or PC_MODEL["num_hiddens"]}
     model = PointCloudClassifier(kind, len(SHAPES), **config)
@@ -114,27 +107,15 @@ def run_point_clouds(kind: str, seed: int, steps: int, data, *,
         if validation is not None:
             row["validation_accuracy"] = round(accuracy(model, validation), 4)
         return row
+    if validation is not None:
+        row["validation_accuracy"] = round(accuracy(model, validation), 4)
+        with torch.no_grad():
+            test = tests["test"]
+            correct = (model(test.points, test.valid_lens).argmax(-1) == test.labels).tolist()
+        row["test_correct"] = "".join("1" if c else "0" for c in correct)
     if seed == 0 and steps == PC_STEPS:
         torch.save(model.state_dict(), DATA / f"ch16_pointcloud_{kind}.pt")
     return row
-
-
-def run_locality(kind: str, seed: int, data) -> dict:
-    train, validation, test = data
-    torch.manual_seed(seed)
-    model = PointCloudClassifier(kind, len(SHAPES), **PC_MODEL)
-    start = time.process_time()
-    losses = train_set_model(model, train.points, train.valid_lens, train.labels,
-                             steps=PC_STEPS, batch_size=PC_BATCH, lr=PC_LR, seed=seed)
-    cpu = time.process_time() - start
-    with torch.no_grad():
-        correct = (model(test.points, test.valid_lens).argmax(-1) == test.labels).tolist()
-    return {"task": "locality", "kind": kind, "seed": seed, "steps": PC_STEPS,
-            "parameters": sum(p.numel() for p in model.parameters()),
-            "cpu_seconds": round(cpu, 1), "final_loss": round(sum(losses[-50:]) / 50, 4),
-            "validation_accuracy": round(accuracy(model, validation), 4),
-            "test_accuracy": round(sum(correct) / len(correct), 4),
-            "test_correct": "".join("1" if c else "0" for c in correct)}
 
 
 def run_sets(kind: str, seed: int, steps: int, data) -> dict:
@@ -188,8 +169,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--tasks", nargs="+", default=["graphs", "sets", "pointclouds",
-                                                       "baseline", "locality"],
-                        choices=["graphs", "sets", "pointclouds", "baseline", "locality"])
+                                                       "baseline"],
+                        choices=["graphs", "sets", "pointclouds", "baseline"])
+    parser.add_argument("--kinds", nargs="+", default=list(PointCloudClassifier.KINDS),
+                        choices=PointCloudClassifier.KINDS,
+                        help="the point-cloud kinds to run (default: all)")
     parser.add_argument("--table", type=Path, default=TABLE,
                         help="where to write (default: the chapter's table); a separate file "
                              "lets two processes run at once, merged with --merge")
@@ -217,9 +201,6 @@ def main() -> None:
                              "epochs": GRAPH_EPOCHS},
                   "baseline": {"widths": BASELINE_WIDTHS, "lrs": BASELINE_LRS,
                                "steps": 4 * PC_STEPS, "validation": "500 clouds, data seed 2"},
-                  "locality": {"kinds": LOCALITY_KINDS, "validation": LOCALITY_VALIDATION,
-                               "test": LOCALITY_TEST, "model": PC_MODEL, "steps": PC_STEPS,
-                               "lr": PC_LR},
                   "torch": torch.__version__})
     done = {key(r) for r in table["rows"]}
 
@@ -240,24 +221,17 @@ def main() -> None:
             jobs += [("sets", k, seed, SET_STEPS) for k in SetRegressor.KINDS]
             jobs += [("sets", "deepsets", seed, 4 * SET_STEPS)]
         if "pointclouds" in args.tasks:
-            jobs += [("pointclouds", k, seed, PC_STEPS) for k in PointCloudClassifier.KINDS]
-            jobs += [("pointclouds", "pointnet", seed, 4 * PC_STEPS)]
-        if "locality" in args.tasks:
-            jobs += [("locality", k, seed, PC_STEPS) for k in LOCALITY_KINDS]
-    order = {"graphs": 0, "sets": 1, "pointclouds": 2, "locality": 3}
+            jobs += [("pointclouds", k, seed, PC_STEPS) for k in args.kinds]
+            if "pointnet" in args.kinds:
+                jobs += [("pointclouds", "pointnet", seed, 4 * PC_STEPS)]
+    order = {"graphs": 0, "sets": 1, "pointclouds": 2}
     jobs.sort(key=lambda j: (order[j[0]], args.seeds.index(j[2])))  # seeds in the order given
-    pc_data = set_data = locality_data = None
+    pc_data = set_data = None
     for task, kind, seed, steps in jobs:
         if (task, kind, seed, steps, None, None) in done:
             continue
         if task == "graphs":
             save(run_graphs(kind, seed))
-        elif task == "locality":
-            if locality_data is None:
-                locality_data = (make_point_clouds(2000, seed=0, **PC_DATA),
-                                 make_point_clouds(**LOCALITY_VALIDATION, **PC_DATA),
-                                 make_point_clouds(**LOCALITY_TEST, **PC_DATA))
-            save(run_locality(kind, seed, locality_data))
         elif task == "sets":
             if set_data is None:
                 set_data = (make_diameter_sets(4000, seed=0, **SET_DATA),
@@ -269,11 +243,11 @@ def main() -> None:
             save(run_point_clouds(kind, seed, steps, pc_data))
     if "baseline" in args.tasks:
         pc_data = pc_data or point_cloud_data()
-        validation = make_point_clouds(500, seed=2, **PC_DATA)
+        validation = pc_data[2]
         for width in BASELINE_WIDTHS:
             for lr in BASELINE_LRS:
                 if ("baseline", "pointnet", 0, 4 * PC_STEPS, width, lr) not in done:
-                    save({**run_point_clouds("pointnet", 0, 4 * PC_STEPS, pc_data,
+                    save({**run_point_clouds("pointnet", 0, 4 * PC_STEPS, pc_data[:2],
                                              num_hiddens=width, lr=lr, validation=validation),
                           "task": "baseline"})
         probes = [r for r in table["rows"] if r["task"] == "baseline" and r["seed"] == 0]
@@ -281,7 +255,7 @@ def main() -> None:
         for seed in args.seeds:
             if ("baseline", "pointnet", seed, 4 * PC_STEPS, best["num_hiddens"],
                     best["lr"]) not in done:
-                save({**run_point_clouds("pointnet", seed, 4 * PC_STEPS, pc_data,
+                save({**run_point_clouds("pointnet", seed, 4 * PC_STEPS, pc_data[:2],
                                          num_hiddens=best["num_hiddens"], lr=best["lr"],
                                          validation=validation), "task": "baseline"})
 
