@@ -54,7 +54,7 @@ def add_self_loops(adjacency: Tensor) -> Tensor:
     return adjacency | torch.eye(N, dtype=torch.bool, device=adjacency.device)
 
 
-def normalized_adjacency(adjacency: Tensor) -> Tensor:
+def normalized_adjacency(adjacency: Tensor, *, dtype: torch.dtype = torch.float32) -> Tensor:
     r"""The graph convolution's fixed weights, :math:`\hat D^{-1/2} (A + I) \hat D^{-1/2}`.
 
     Node ``i`` averages its neighbours (itself included) with weight
@@ -63,12 +63,15 @@ def normalized_adjacency(adjacency: Tensor) -> Tensor:
 
     Args:
         adjacency: ``(N, N)`` or ``(B, N, N)`` bool, symmetric (an undirected graph).
+        dtype: keyword-only; the floating dtype of the result (the GCN passes its features'
+            dtype, so a float64 model gets float64 weights).
 
     Returns:
-        float32 tensor of the same shape.
+        a tensor of the same shape, of ``dtype``, on ``adjacency``'s device.
 
     Raises:
-        ValueError: ``adjacency`` not a square bool tensor, or not symmetric.
+        ValueError: ``adjacency`` not a square bool tensor, or not symmetric; ``dtype`` not a
+            floating dtype.
 
     Example:
         >>> A = torch.tensor([[False, True], [True, False]])
@@ -79,10 +82,12 @@ def normalized_adjacency(adjacency: Tensor) -> Tensor:
     Source: Kipf and Welling (2017), "Semi-Supervised Classification with Graph Convolutional
     Networks", equation (2).
     """
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"dtype must be a floating torch dtype, got {dtype!r}")
     A = add_self_loops(adjacency)
     if not torch.equal(A, A.transpose(-1, -2)):
         raise ValueError("adjacency must be symmetric (an undirected graph)")
-    A = A.float()
+    A = A.to(dtype)
     inv_sqrt = A.sum(dim=-1).rsqrt()  # (..., N): every degree >= 1 with the self-loop
     return inv_sqrt[..., :, None] * A * inv_sqrt[..., None, :]
 
@@ -336,9 +341,11 @@ class GraphNodeClassifier(nn.Module):
     """Chapter 16's node classifiers: two layers that read no graph, a fixed or an attentive one.
 
     - ``"mlp"``: each node alone (no graph);
-    - ``"gcn"``: two graph convolutions, ``A_norm X W`` (Kipf and Welling 2017): fixed weights;
+    - ``"gcn"``: two graph convolutions, ``A_norm X W + b`` (Kipf and Welling 2017, equation
+      (9): the bias added after the propagation): fixed weights;
     - ``"gat"``: two :class:`GraphAttention` layers over the edges (the first with
-      ``num_heads`` heads concatenated, the output layer averaging one head);
+      ``num_heads`` heads concatenated, the output layer averaging one head); dropout on the
+      features only, not the paper's dropout on the attention weights;
     - ``"transformer"``: no graph at all: a linear embedding and chapter 8's pre-norm encoder
       block (scaled dot-product attention, ``num_heads`` heads, no positions, no mask), every
       node attending to every node, then a linear read-out.
@@ -396,13 +403,20 @@ class GraphNodeClassifier(nn.Module):
         if self.kind == "mlp":
             return self.layer2(self.dropout(F.elu(self.layer1(H))))
         if self.kind == "gcn":
-            A = normalized_adjacency(adjacency).to(X.device)  # (N, N) fixed weights
-            return A @ self.layer2(self.dropout(F.elu(A @ self.layer1(H))))
+            A = normalized_adjacency(adjacency, dtype=X.dtype).to(X.device)  # (N, N) fixed
+            H = F.elu(self._propagate(A, H, self.layer1))  # (N, d)
+            return self._propagate(A, self.dropout(H), self.layer2)  # (N, C)
         if self.kind == "transformer":
             H = self.block(self.layer1(H)[None])[0]  # (N, d): one sequence of N nodes
             return self.layer2(self.dropout(H))
         H = F.elu(self.layer1(H, adjacency))
         return self.layer2(self.dropout(H), adjacency)
+
+
+    @staticmethod
+    def _propagate(A: Tensor, H: Tensor, linear: nn.Linear) -> Tensor:
+        """One graph convolution, ``A (H W^T) + b``: the bias after the propagation."""
+        return A @ F.linear(H, linear.weight) + linear.bias  # (N, out)
 
 
 def train_node_classifier(model: nn.Module, X: Tensor, adjacency: Tensor, labels: Tensor,

@@ -327,6 +327,17 @@ def _widget_class() -> type:
     return FigureWidget
 
 
+#: CJK ideographs and full-width punctuation: text that takes Chinese typography.
+_CJK = re.compile(r"[\u2e80-\u9fff\uf900-\ufaff\ufe30-\ufe4f\uff00-\uffef]")
+
+
+def _parenthesised(text: str, after: str = "") -> str:
+    """`` (text)`` after Latin text; ``（text）`` (full-width, no space) when ``text`` or the text
+    it follows, ``after``, is Chinese, as the Chinese edition's typography asks
+    (locale/README.md)."""
+    return f"（{text}）" if _CJK.search(text + after) else f" ({text})"
+
+
 class InteractiveFigure:
     """A figure whose numbers are precomputed for every setting of its controls.
 
@@ -436,8 +447,11 @@ class InteractiveFigure:
     def _fallback(self) -> str:
         # The first setting's numbers as plain HTML tables: what a reader without the script sees.
         key = frame_key(*(c["initial"] for c in self.controls))
-        setting = ", ".join(f"{c['label']} = {c['values'][c['initial']]}" for c in self.controls)
-        parts = [f"<p><strong>{html.escape(self.title)}</strong> ({html.escape(setting)})</p>"]
+        chinese = bool(_CJK.search(self.title + "".join(c["label"] for c in self.controls)))
+        setting = ("，" if chinese else ", ").join(f"{c['label']} = {c['values'][c['initial']]}"
+                                                   for c in self.controls)
+        parts = [f"<p><strong>{html.escape(self.title)}</strong>"
+                 f"{_parenthesised(html.escape(setting), self.title)}</p>"]
         integers = integer_parts(self.panels, self.frames)
 
         def number(v: float, integer: bool) -> str:
@@ -465,7 +479,7 @@ class InteractiveFigure:
                         g = groups[i][j]
                         name = panel["groups"][g] if g is not None else panel.get("ungrouped", "")
                     shown = number(v, whole)
-                    return f"{html.escape(name)} ({shown})" if name else shown
+                    return (html.escape(name) + _parenthesised(shown, name)) if name else shown
 
                 body = head + "".join(
                     f"<tr><th>{html.escape(str(r))}</th>"

@@ -33,7 +33,7 @@ from .masking import valid_lens_to_mask
 from .transformer import TransformerEncoderBlock
 
 __all__ = ["SHAPES", "PointClouds", "make_point_clouds", "random_rotations", "knn_indices",
-           "VectorSelfAttention", "PointCloudClassifier"]
+           "VectorSelfAttention", "UniformNeighbourPooling", "EdgeConv", "PointCloudClassifier"]
 
 #: The shape families of :func:`make_point_clouds`, in label order.
 SHAPES = ("sphere", "cube", "cylinder", "cone", "torus")
@@ -336,6 +336,130 @@ class VectorSelfAttention(nn.Module):
         return (weights * (v + delta)).sum(dim=2)  # (B, N, d)
 
 
+class UniformNeighbourPooling(nn.Module):
+    r"""The vector layer with its attention taken out: uniform weights over the same neighbours.
+
+    .. math::
+        \mathbf y_i = \frac1k \sum_{j \in \mathcal N(i)}
+        \big(\alpha(\mathbf x_j) + \boldsymbol\delta_{ij}\big),
+        \qquad \boldsymbol\delta_{ij} = \theta(\mathbf p_i - \mathbf p_j)
+
+    :class:`VectorSelfAttention` with every weight fixed to ``1 / k``: the same ``k`` nearest
+    neighbours, the same values and the same relative-position encoding, but no query, no key
+    and no scoring MLP. Chapter 16's ablation: what the vector model gains from *locality*
+    (neighbourhoods and relative positions) without attention.
+
+    Args:
+        num_hiddens: d, the feature size of inputs and outputs.
+        k: the neighbourhood size (the point itself included).
+
+    Shapes (``forward``): as :class:`VectorSelfAttention`: X ``(B, N, d)``, positions
+    ``(B, N, 3)``, ``valid_lens`` ``None`` or ``(B,)``, ``neighbours`` (keyword-only) ``None``
+    or ``(B, N, k)``. Returns ``(B, N, d)``.
+
+    Raises:
+        ValueError: as :class:`VectorSelfAttention`.
+
+    Example:
+        >>> layer = UniformNeighbourPooling(num_hiddens=8, k=4)
+        >>> layer(torch.randn(2, 10, 8), torch.randn(2, 10, 3)).shape
+        torch.Size([2, 10, 8])
+
+    Source: Zhao et al. (2021), "Point Transformer", equation (3) with :math:`\rho` replaced by
+    the constant ``1 / k``; book chapter 16.
+    """
+
+    def __init__(self, num_hiddens: int, k: int) -> None:
+        super().__init__()
+        check_positive_ints(num_hiddens=num_hiddens, k=k)
+        self.num_hiddens, self.k = num_hiddens, k
+        d = num_hiddens
+        self.W_v = nn.Linear(d, d)  # alpha
+        self.position_mlp = nn.Sequential(nn.Linear(3, d), nn.ReLU(), nn.Linear(d, d))  # theta
+
+    def forward(self, X: Tensor, positions: Tensor, valid_lens: Optional[Tensor] = None, *,
+                neighbours: Optional[Tensor] = None) -> Tensor:
+        """The mean over each point's neighbours: ``X`` ``(B, N, d)``, ``positions``
+        ``(B, N, 3)`` -> ``(B, N, d)``; see the class docstring."""
+        neighbours = _check_local_inputs(X, positions, valid_lens, neighbours, self.num_hiddens,
+                                         self.k)
+        rel = positions[:, :, None, :] - _gather(positions, neighbours)  # (B, N, k, 3)
+        delta = self.position_mlp(rel)  # (B, N, k, d)
+        v = _gather(self.W_v(X), neighbours)  # (B, N, k, d)
+        return (v + delta).mean(dim=2)  # (B, N, d): every neighbour weighs 1 / k
+
+
+class EdgeConv(nn.Module):
+    r"""EdgeConv of DGCNN: an MLP on every edge, max over each point's neighbours.
+
+    .. math::
+        \mathbf y_i = \max_{j \in \mathcal N(i)}
+        h_\Theta\big([\mathbf x_i,\ \mathbf x_j - \mathbf x_i,\ \mathbf p_j - \mathbf p_i]\big)
+
+    :math:`h_\Theta` is a two-layer MLP (``2d + 3 -> d -> d``) and the max is taken channel by
+    channel. A standard local point-cloud model with no attention: the neighbours are combined
+    by a max, not by weights. Two choices differ from DGCNN and are the chapter's, to compare
+    like with like: the neighbourhoods are the ``k`` nearest points in *space*, computed once
+    and shared by every layer (DGCNN recomputes them in feature space at each layer, and
+    its ablation also reports the fixed graph), and the edge feature carries the relative
+    position ``p_j - p_i`` that the vector layer encodes.
+
+    Args:
+        num_hiddens: d, the feature size of inputs and outputs.
+        k: the neighbourhood size (the point itself included).
+
+    Shapes (``forward``): as :class:`VectorSelfAttention`. Returns ``(B, N, d)``.
+
+    Raises:
+        ValueError: as :class:`VectorSelfAttention`.
+
+    Example:
+        >>> layer = EdgeConv(num_hiddens=8, k=4)
+        >>> layer(torch.randn(2, 10, 8), torch.randn(2, 10, 3)).shape
+        torch.Size([2, 10, 8])
+
+    Source: Wang et al. (2019), "Dynamic Graph CNN for Learning on Point Clouds", equations
+    (7) and (8) (the asymmetric edge function and max aggregation).
+    """
+
+    def __init__(self, num_hiddens: int, k: int) -> None:
+        super().__init__()
+        check_positive_ints(num_hiddens=num_hiddens, k=k)
+        self.num_hiddens, self.k = num_hiddens, k
+        d = num_hiddens
+        self.edge_mlp = nn.Sequential(nn.Linear(2 * d + 3, d), nn.GELU(), nn.Linear(d, d))
+
+    def forward(self, X: Tensor, positions: Tensor, valid_lens: Optional[Tensor] = None, *,
+                neighbours: Optional[Tensor] = None) -> Tensor:
+        """The max over each point's edges: ``X`` ``(B, N, d)``, ``positions`` ``(B, N, 3)``
+        -> ``(B, N, d)``; see the class docstring."""
+        neighbours = _check_local_inputs(X, positions, valid_lens, neighbours, self.num_hiddens,
+                                         self.k)
+        xi = X[:, :, None, :].expand(-1, -1, self.k, -1)  # (B, N, k, d)
+        xj = _gather(X, neighbours)  # (B, N, k, d)
+        rel = _gather(positions, neighbours) - positions[:, :, None, :]  # (B, N, k, 3)
+        edges = self.edge_mlp(torch.cat([xi, xj - xi, rel], dim=-1))  # (B, N, k, d)
+        return edges.amax(dim=2)  # (B, N, d)
+
+
+def _check_local_inputs(X: Tensor, positions: Tensor, valid_lens: Optional[Tensor],
+                        neighbours: Optional[Tensor], d: int, k: int) -> Tensor:
+    """The checks of the neighbourhood layers; returns ``neighbours`` ``(B, N, k)``."""
+    if not isinstance(X, Tensor) or X.dim() != 3 or X.shape[-1] != d:
+        raise ValueError(f"X must have shape (B, N, {d}), got "
+                         f"{getattr(X, 'shape', type(X).__name__)}")
+    if (not isinstance(positions, Tensor) or positions.shape[:2] != X.shape[:2]
+            or positions.shape[-1] != 3):
+        raise ValueError(f"positions must have shape (B, N, 3) = {(*X.shape[:2], 3)}, got "
+                         f"{getattr(positions, 'shape', type(positions).__name__)}")
+    if neighbours is None:
+        return knn_indices(positions, k, valid_lens)  # (B, N, k)
+    if neighbours.shape != (*X.shape[:2], k):
+        raise ValueError(f"neighbours must have shape {(*X.shape[:2], k)}, got "
+                         f"{tuple(neighbours.shape)}")
+    return neighbours
+
+
 class PointCloudClassifier(nn.Module):
     """Chapter 16's point-cloud classifiers: no attention, scalar attention, vector attention.
 
@@ -351,13 +475,17 @@ class PointCloudClassifier(nn.Module):
       residual connection, a LayerNorm and a position-wise MLP, as a pre-norm block;
     - ``"scalar_knn"``: the ``"scalar"`` model with each point's attention masked to its ``k``
       nearest neighbours (an ablation: the neighbourhoods of ``"vector"`` without its
-      per-channel weights and relative-position encoding).
+      per-channel weights and relative-position encoding);
+    - ``"uniform"``: the ``"vector"`` model with :class:`UniformNeighbourPooling` in place of
+      its attention (the same neighbours and relative positions, every weight ``1 / k``);
+    - ``"edgeconv"``: the ``"vector"`` model with DGCNN's :class:`EdgeConv` (max over the same
+      neighbours) in place of its attention: a standard local model without attention.
 
     Args:
-        kind: ``"pointnet"``, ``"scalar"``, ``"vector"`` or ``"scalar_knn"``.
+        kind: one of :attr:`KINDS`.
         num_classes: the number of labels.
         num_hiddens: d. num_layers: mixing layers. num_heads: heads of the scalar models.
-        k: neighbours of ``"vector"`` and ``"scalar_knn"``.
+        k: neighbours of the local kinds (all but ``"pointnet"`` and ``"scalar"``).
 
     Shapes (``forward``):
         points ``(B, N, 3)``, ``valid_lens`` ``None`` or ``(B,)``. Returns logits
@@ -378,7 +506,10 @@ class PointCloudClassifier(nn.Module):
     Source: book chapter 16.
     """
 
-    KINDS = ("pointnet", "scalar", "vector", "scalar_knn")
+    KINDS = ("pointnet", "scalar", "vector", "scalar_knn", "uniform", "edgeconv")
+    #: the layer that mixes each point with its neighbours, for the kinds built as ``"vector"``
+    LOCAL_LAYERS = {"vector": VectorSelfAttention, "uniform": UniformNeighbourPooling,
+                    "edgeconv": EdgeConv}
 
     def __init__(self, kind: str, num_classes: int, *, num_hiddens: int = 32,
                  num_layers: int = 2, num_heads: int = 4, k: int = 16) -> None:
@@ -400,7 +531,7 @@ class PointCloudClassifier(nn.Module):
         else:
             self.k = k
             self.norms1 = nn.ModuleList(nn.LayerNorm(d) for _ in range(num_layers))
-            self.layers = nn.ModuleList(VectorSelfAttention(d, k) for _ in range(num_layers))
+            self.layers = nn.ModuleList(self.LOCAL_LAYERS[kind](d, k) for _ in range(num_layers))
             self.norms2 = nn.ModuleList(nn.LayerNorm(d) for _ in range(num_layers))
             self.ffns = nn.ModuleList(nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(),
                                                     nn.Linear(2 * d, d))

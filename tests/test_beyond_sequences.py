@@ -112,6 +112,32 @@ def test_normalized_adjacency_matches_formula():
         normalized_adjacency(directed)
 
 
+def test_normalized_adjacency_dtype_follows_the_argument():
+    A = random_graph(6, seed=1)
+    assert normalized_adjacency(A).dtype == torch.float32
+    assert normalized_adjacency(A, dtype=torch.float64).dtype == torch.float64
+    with pytest.raises(ValueError, match="dtype"):
+        normalized_adjacency(A, dtype=torch.int64)
+
+
+def test_gcn_is_kipf_welling_bias_after_propagation():
+    """Two layers of A_norm X W + b in float64, against the formula written out."""
+    from d2lattn.graphs import GraphNodeClassifier, make_block_graph
+    X, A, _ = make_block_graph(30, 3, seed=2)
+    torch.manual_seed(0)
+    model = GraphNodeClassifier("gcn", X.shape[1], 3).double().eval()
+    for layer in (model.layer1, model.layer2):
+        torch.nn.init.normal_(layer.bias)  # nonzero biases, so their place matters
+    An = normalized_adjacency(A, dtype=torch.float64)
+    H = torch.nn.functional.elu(An @ X.double() @ model.layer1.weight.T + model.layer1.bias)
+    expected = An @ H @ model.layer2.weight.T + model.layer2.bias
+    out = model(X.double(), A)
+    assert out.dtype == torch.float64
+    assert torch.allclose(out, expected, atol=1e-12, rtol=0)
+    inside = An @ (H @ model.layer2.weight.T + model.layer2.bias)  # the old Â(XW + b)
+    assert not torch.allclose(out, inside, atol=1e-3)
+
+
 def test_add_self_loops_leaves_input_alone():
     A = torch.zeros(3, 3, dtype=torch.bool)
     B = add_self_loops(A)
@@ -224,6 +250,28 @@ def test_vector_attention_bad_input():
         layer(torch.randn(1, 5, 7), torch.randn(1, 5, 3))
     with pytest.raises(ValueError, match="positions must have shape"):
         layer(torch.randn(1, 5, 8), torch.randn(1, 5, 2))
+
+
+def test_uniform_and_edgeconv_against_their_formulas():
+    from d2lattn.pointcloud import EdgeConv, UniformNeighbourPooling
+    torch.manual_seed(0)
+    X, P = torch.randn(2, 9, 6, dtype=torch.float64), torch.randn(2, 9, 3, dtype=torch.float64)
+    lens = torch.tensor([9, 7])
+    uniform, edge = UniformNeighbourPooling(6, k=4).double(), EdgeConv(6, k=4).double()
+    nb = knn_indices(P, 4, lens)
+    out_u, out_e = uniform(X, P, lens), edge(X, P, lens)
+    for b in range(2):
+        for i in range(int(lens[b])):
+            js = nb[b, i].tolist()
+            vals = [uniform.W_v(X[b, j]) + uniform.position_mlp(P[b, i] - P[b, j]) for j in js]
+            assert torch.allclose(out_u[b, i], sum(vals) / 4, atol=1e-12)
+            edges = [edge.edge_mlp(torch.cat([X[b, i], X[b, j] - X[b, i], P[b, j] - P[b, i]]))
+                     for j in js]
+            assert torch.allclose(out_e[b, i], torch.stack(edges).amax(0), atol=1e-12)
+    with pytest.raises(ValueError, match="X must have shape"):
+        uniform(torch.randn(1, 5, 4), torch.randn(1, 5, 3))
+    with pytest.raises(ValueError, match="neighbours must have shape"):
+        edge(X, P, lens, neighbours=nb[..., :3])
 
 
 @pytest.mark.parametrize("kind", PointCloudClassifier.KINDS)

@@ -135,7 +135,25 @@ def test_table_of_contents_captions_translated(tmp_path):
     ("in the notebook it shows a table", "在笔记本中它显示表格"),      # notebook
     ("the quadratic form", "二次形式"),                             # reads as 二次型
     ("62 times fewer multiply-adds", "少 62 倍的乘加"),             # ambiguous
+    ("10 times smaller", "小 10 倍"),                               # as ambiguous (issue 54)
+    ("3 times larger", "大 3 倍"),
     ("the issue tracker", "议题追踪器"),
+    # English left inside \text{} of a formula (ch16's display formula, issue 54)
+    ("\nf(PX) = P f(X) \\quad \\text{(permutation-equivariant)}\n",
+     "\nf(PX) = P f(X) \\quad \\text{(permutation-equivariant)}\n"),
+    ("$y = 1 \\text{ if } x > 0$", "$y = 1 \\text{ if } x > 0$ 时"),
+    # "k of n seeds": one house style, N 个种子中的 k 个 (issue 54)
+    ("on 9 of 10 seeds", "十个种子中的 9 个"),
+    ("on 10 of 10 seeds", "10 个种子中 10 个如此"),
+    ("on 7 of 10 seeds", "10 个种子中有 7 个"),
+    ("on 7 of 10 seeds", "7/10 个种子"),
+    ("on two of five fresh seeds", "五个新种子中的两个"),
+    ("on 9 of 10 seeds", "10 个种子中的九个"),
+    # CPU time and what the book ships (issue 54)
+    ("three to seven CPU-minutes", "三到七个 CPU 分钟"),
+    ("a fifth of its CPU time", "CPU时间只有它的五分之一"),
+    ("the shipped model", "随书模型"),
+    ("the checkpoint the chapter ships", "本章发布的检查点"),
 ])
 def test_style_rules_catch_violations(msgid, msgstr):
     assert book.style_problems(msgid, msgstr), (msgid, msgstr)
@@ -160,9 +178,31 @@ def test_style_rules_catch_violations(msgid, msgstr):
     ("the cell below retrains; unit tests; hidden units", "下面的单元格；单元测试；隐藏单元"),
     ("a desk with papers, a notebook and a laptop", "纸张、笔记本和笔记本电脑"),
     ("62 times fewer multiply-adds", "乘加次数只有原来的 1/62"),
+    ("10 times smaller", "只有原来的 1/10"),
+    ("\nf(PX) = P f(X) \\quad \\text{(permutation-equivariant)}\n",
+     "\nf(PX) = P f(X) \\quad \\text{（置换等变）}\n"),
+    ("$d_\\text{model}$ and $\\text{max\\_len}$", "$d_\\text{model}$ 与 $\\text{max\\_len}$"),
+    ("on 9 of 10 seeds", "在 10 个种子中的 9 个上"),
+    ("on every one of the ten seeds", "在 10 个种子中的每一个上"),
+    ("with five seeds", "用五个种子"),
+    ("three to seven CPU-minutes", "三到七分钟 CPU 时间"),
+    ("the shipped model", "随书提供的模型"),
+    ("the digits that ship with scikit-learn", "scikit-learn 自带的手写数字"),
 ])
 def test_style_rules_pass_good_translations(msgid, msgstr):
     assert book.style_problems(msgid, msgstr) == []
+
+
+def test_build_strings_follow_chinese_typography():
+    """The Chinese the build writes itself (plot descriptions, figure fallback tables) passes
+    check-po's rules, and the rules catch what the review found there (issue 54)."""
+    assert book.check_build_strings() == []
+    bad = "图, 标题: 损失, 由上面的代码单元绘制."
+    found = book.chinese_typography_problems(bad)
+    assert any("half-width" in p for p in found) and any("代码单元" in p for p in found)
+    assert book.chinese_typography_problems("邻居 (0.500)")
+    assert book.chinese_typography_problems("邻居（0.500）") == []
+    assert book.chinese_typography_problems("loss (0.500), step: 3.") == []
 
 
 def test_page_rules():

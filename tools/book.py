@@ -895,7 +895,7 @@ def check_po(pots: Path | None = None) -> List[str]:
             problems += [f"{page}: {problem}" for problem in page_style_problems(
                 str(page.as_posix()), [(m, po[m].msgstr) for m in sorted(pot & po.keys())],
                 order=[e.msgid for e in polib.pofile(str(po_path)) if e.msgid in pot])]
-        problems += check_viz_po() + check_interface_po()
+        problems += check_viz_po() + check_interface_po() + check_build_strings()
         pages = {p.relative_to(pot_dir).with_suffix(".po") for p in pot_dir.rglob("*.pot")}
         for po_path in sorted(MESSAGES.rglob("*.po")):
             if po_path.relative_to(MESSAGES).as_posix() in INTERFACE_CATALOGUES:
@@ -928,8 +928,23 @@ BANNED_WORDS = {
 #: that exempts the message: the same Chinese words in another sense).
 BANNED_PATTERNS = [
     (re.compile(r"注意力汇(?![点聚集])"), "注意力汇点 (attention sink; 注意力汇聚 is pooling)", None),
-    (re.compile(r"少\s*[0-9.一二三四五六七八九十百千]+\s*倍"),
-     "只有……的 1/N (N times fewer: 少 N 倍 is ambiguous)", None),
+    (re.compile(r"[少小大]\s*[0-9.一二三四五六七八九十百千]+\s*倍"),
+     "只有……的 1/N, or 是……的 N 倍 (N times fewer / smaller / larger: 少、小、大 N 倍 are "
+     "ambiguous)", None),
+    # one house style for "k of n seeds" (locale/README.md): N 个种子中的 k 个, Arabic numerals
+    (re.compile(r"[一二两三四五六七八九十百]+\s*个(?:新的?)?种子中"),
+     "N 个种子中的 k 个 (\"k of n seeds\": Arabic numerals)", None),
+    (re.compile(r"种子中(?!的)"), "N 个种子中的 k 个 (\"k of n seeds\", one house style)", None),
+    (re.compile(r"种子中的\s*[一二两三四五六七八九十]+\s*个"),
+     "N 个种子中的 k 个 (\"k of n seeds\": Arabic numerals)", None),
+    (re.compile(r"(?<![\w.])\d+\s*/\s*\d+\s*个?(?:种子|次运行)"),
+     "N 个种子中的 k 个 (\"k of n seeds\", not k/n)", None),
+    # CPU time is CPU 时间 (locale/README.md)
+    (re.compile(r"CPU时间|CPU\s*[-‐]?\s*分钟|CPU\s*时长|处理器时间"),
+     "CPU 时间 (CPU time; CPU-minutes: N 分钟 CPU 时间)", None),
+    # what the book ships is 随书提供 (locale/README.md)
+    (re.compile(r"随书发布|随书模型|随书附带|(?<!书)一起发布|本章发布|发布的(?:检查点|模型|权重)"),
+     "随书提供 (what the book ships; what a package ships: 自带)", None),
     (re.compile(r"评分\s*→\s*规范化"),
      "归一化 (softmax normalises the scores; 规范化 is LayerNorm's and BatchNorm's)", None),
     (re.compile(r"(?<!循环)(?<!隐藏)(?<!工作)单元(?!格|测试)"), "单元格 (a notebook cell)", None),
@@ -944,6 +959,7 @@ CONCEPT_TERMS = [
     (re.compile(r"\bbatch(es)?\b(?![_`])", re.I), "批"),
     (re.compile(r"\bweight tying\b", re.I), "权重绑定"),
     (re.compile(r"\badditive (rule|state|update)s?\b", re.I), "加性"),
+    (re.compile(r"\bship(s|ped|ping)?\b", re.I), ("随书提供", "自带")),
 ]
 #: 证明 is for a proof; a numerical check is 验证.
 _PROOF = re.compile(r"\bprov(e|es|ed|en|ing)\b|\bproofs?\b|\bshows? that\b", re.I)
@@ -959,6 +975,34 @@ REQUIRED_NAMES = {
 }
 #: A term whose first linked use on a page carries a gloss: (term role prefix, gloss).
 FIRST_USE_GLOSS = [(re.compile(r"\{term\}`(补丁|patch)"), "图像块")]
+
+
+#: An English word (two letters or more) inside ``\text{...}`` of a Chinese message's math.
+#: A subscript or superscript (``d_\text{model}``, ``x^{\text{old}}``) is a name, not prose.
+_TEXT_ARGUMENT = re.compile(r"(?<![_^])(?<![_^]\{)\\(?:text|textrm|mbox)\s*\{([^{}]*)\}")
+_ENGLISH_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")
+#: Words that stay in Latin letters inside a Chinese formula (names, not English prose).
+LATIN_IN_TEXT = {"softmax", "LayerNorm", "ReLU", "GELU", "MLP", "FFN", "LN", "rFF", "MAB", "SAB",
+                 "ISAB", "PMA", "MultiHead", "Attention", "Concat", "max", "min", "argmax",
+                 "exp", "log", "mean", "std", "var", "dim", "KV", "RoPE", "ALiBi", "GPT", "BPE",
+                 "CE", "NLL", "PPL", "FLOPs", "NTK", "YaRN", "Transformer", "RNN", "GRU", "LSTM",
+                 "BatchNorm", "base"}
+
+
+def english_in_text(msgstr: str) -> List[str]:
+    """The English words left inside ``\text{...}`` in the math of a Chinese message (names of
+    functions and models in :data:`LATIN_IN_TEXT` aside): a formula's words are translated like
+    the sentence around it (issue: ch16's ``\text{(permutation-equivariant)}``)."""
+    words = []
+    formulas = _MATH.findall(_CODE.sub(" ", _ROLE.sub(" ", msgstr)))
+    if is_display_math(msgstr):  # a display-math block's message is its LaTeX
+        formulas = [msgstr]
+    for formula in formulas:
+        for argument in _TEXT_ARGUMENT.findall(formula):
+            if "\\_" in argument:  # an identifier (\text{max\_len}), not prose
+                continue
+            words += [w for w in _ENGLISH_WORD.findall(argument) if w not in LATIN_IN_TEXT]
+    return words
 
 
 def style_problems(msgid: str, msgstr: str) -> List[str]:
@@ -978,8 +1022,13 @@ def style_problems(msgid: str, msgstr: str) -> List[str]:
     if msgstr != msgid:
         english = _CODE_OR_MATH.sub(" ", msgid)
         for concept, term in CONCEPT_TERMS:
-            if concept.search(english) and term not in msgstr:
-                problems.append(f"/{concept.pattern}/ in the English: translate it as {term}")
+            terms = term if isinstance(term, tuple) else (term,)
+            if concept.search(english) and not any(t in msgstr for t in terms):
+                problems.append(f"/{concept.pattern}/ in the English: translate it as "
+                                f"{' or '.join(terms)}")
+    for word in english_in_text(msgstr):
+        problems.append(f"English {word!r} inside \\text{{...}}: translate the words of a "
+                        "formula too")
     if _QUOTED_TERM.search(msgstr):
         problems.append("quotation marks around a {term} role (the link already marks it)")
     if '"' in _ROLE.sub(" ", prose):
@@ -994,6 +1043,54 @@ def style_problems(msgid: str, msgstr: str) -> List[str]:
                             f"第 {match.group(2)} 章（{match.group(0)}）")
     if _SOLUTION_ORDER.search(prose):
         problems.append("write 练习 N.M 解答, not 解答 练习 N.M")
+    return problems
+
+
+#: Half-width punctuation against Chinese text: ``图, 标题: x.`` or ``查询 (3)``.
+_HALF_WIDTH = re.compile(r"[\u2e80-\u9fff]\s*[,;:.()!?]|[(,;:]\s*[\u2e80-\u9fff]")
+
+
+def chinese_typography_problems(text: str) -> List[str]:
+    """Half-width punctuation next to Chinese characters, and the banned words and patterns of
+    :func:`style_problems`, in a Chinese string the build writes itself (not from a catalogue)."""
+    problems = [f"half-width punctuation against Chinese: {m.group(0)!r}"
+                for m in _HALF_WIDTH.finditer(text)]
+    return problems + style_problems("", text)
+
+
+def check_build_strings() -> List[str]:
+    """The Chinese strings the build's own code writes, checked like the catalogues: the plot
+    descriptions for screen readers (``book/_ext/d2lattn_alt_text.py``) and the static
+    fallback tables of interactive figures (``d2lattn.interactive``), both built here from a
+    Chinese sample."""
+    import importlib.util
+
+    from d2lattn.interactive import InteractiveFigure, frame_key
+
+    problems = []
+    sys.path.insert(0, str(ROOT / "book" / "_ext"))
+    try:
+        spec = importlib.util.spec_from_file_location(
+            "d2lattn_alt_text", ROOT / "book" / "_ext" / "d2lattn_alt_text.py")
+        alt = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(alt)
+    finally:
+        sys.path.pop(0)
+    code = ('fig, ax = plt.subplots()\nax.plot(x, label="训练")\nax.set_title("损失")\n'
+            'ax.set_xlabel("步数")\nax.set_ylabel("比特")\nplt.show()')
+    for text in [alt.describe_plot(code, "训练", "zh"), *alt._TEXT["zh"].values()]:
+        problems += [f"plot description {_short(text)}: {p}"
+                     for p in chinese_typography_problems(text)]
+    figure = InteractiveFigure(
+        "查询点的权重", controls=[{"name": "q", "label": "查询点", "type": "select",
+                                 "values": ["3", "5"]}],
+        panels=[{"name": "w", "type": "grid", "title": "行：通道", "rows": ["甲"], "cols": ["乙"],
+                 "groups": ["邻居"]}],
+        frames={frame_key(0): {"w": {"values": [[0.5]], "groups": [[0]]}},
+                frame_key(1): {"w": {"values": [[0.25]], "groups": [[0]]}}})
+    table = re.sub(r"<[^>]+>", " ", figure._fallback())
+    problems += [f"figure fallback table {_short(table)}: {p}"
+                 for p in chinese_typography_problems(table)]
     return problems
 
 

@@ -24,9 +24,13 @@ from d2lattn_common import lang
 
 _TEXT = {
     "en": {"plot": "Plot", "drawn": "drawn by the code cell above", "in": "in the section",
-           "titles": "titles", "x": "horizontal axis", "y": "vertical axis", "legend": "legend"},
-    "zh": {"plot": "图", "drawn": "由上面的代码单元绘制", "in": "所在小节", "titles": "标题",
-           "x": "横轴", "y": "纵轴", "legend": "图例"},
+           "titles": "titles", "x": "horizontal axis", "y": "vertical axis", "legend": "legend",
+           # punctuation: between parts, after a name, between items, at the end, quotes
+           "sep": ", ", "colon": ": ", "items": "; ", "end": ".", "quote": "“{}”"},
+    # Chinese typography (locale/README.md): full-width punctuation, no spaces around it
+    "zh": {"plot": "图", "drawn": "由上面的单元格绘制", "in": "所在小节", "titles": "标题",
+           "x": "横轴", "y": "纵轴", "legend": "图例",
+           "sep": "，", "colon": "：", "items": "；", "end": "。", "quote": "“{}”"},
 }
 
 _STRING = r"""(?<!\w)([rRfF]{0,2})(?:"([^"\n]+)"|'([^'\n]+)')"""
@@ -211,16 +215,17 @@ def describe_plot(code: str, section: str, lang: str = "en", known: dict | None 
         labels = {"x": ["x"], "y": ["y"], "legend": ["training pairs", "truth", "prediction"]}
     parts = [text["plot"] + (f" ({', '.join(kinds[:2])})" if kinds and lang == "en" else "")]
     if titles:
-        parts.append(f"{text['titles']}: " + "; ".join(titles[:6]))
+        parts.append(text["titles"] + text["colon"] + text["items"].join(titles[:6]))
     for key in ("x", "y", "legend"):
         found = _strings(code, _CALLS[key], known, loops)
         found += [t for t in labels[key] if t not in found]
         if found:
-            parts.append(f"{text[key]}: " + "; ".join(found[:6]))
+            parts.append(text[key] + text["colon"] + text["items"].join(found[:6]))
     parts.append(text["drawn"])
     if section:
-        parts.append(f"{text['in']} “{section}”")
-    return ", ".join(parts) + "."
+        parts.append(f"{text['in']} " + text["quote"].format(section) if lang == "en"
+                     else text["in"] + text["quote"].format(section))
+    return text["sep"].join(parts) + text["end"]
 
 
 def _cell_code(cell: nodes.Element) -> str:
