@@ -91,6 +91,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn.modules.module import register_module_forward_pre_hook
 
+from . import _jacobian
+
 from ._checks import (check_diagnostic_batch as _check_batch,
                       check_diagnostic_call as _check_call,
                       check_diagnostic_inputs as _check_inputs,
@@ -122,6 +124,9 @@ Model = Callable[..., Any]
 Output = Union[None, int, str, Callable[[Any], Tensor]]
 
 _RTOL = {torch.float64: 1e-10, torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+#: float32 under ``torch.set_float32_matmul_precision``: TF32 (``"high"``) rounds a product's
+#: operands to 10 mantissa bits, ``"medium"`` to bfloat16's 7; errors grow over the layers.
+_FLOAT32_RTOL = {"highest": 1e-5, "high": 5e-3, "medium": 4e-2}
 
 #: Messages are wrapped to this width (book pages cut longer lines).
 LINE_WIDTH = 88
@@ -378,29 +383,63 @@ def _per_position(values: Tensor, time_axis: bool) -> Tensor:
     return values.flatten(1).amax(dim=1) if values.dim() >= 2 else values
 
 
+def _rtol(dtype: torch.dtype) -> float:
+    """The relative tolerance of ``dtype``; for float32 that of the matmul precision in force
+    (``torch.get_float32_matmul_precision()``: ``"high"`` lets matrix products use TF32, 10
+    mantissa bits, ``"medium"`` bfloat16, 7 bits)."""
+    if dtype == torch.float32:
+        return _FLOAT32_RTOL.get(torch.get_float32_matmul_precision(), _RTOL[torch.float32])
+    return _RTOL.get(dtype, 1e-5)
+
+
+def _scale(reference: Tensor, tolerance: Optional[float]) -> Optional[float]:
+    """The size ``s`` of a typical output feature: the median of the finite ``|reference|``
+    (its mean if that is 0, else 1); ``None`` with an absolute ``tolerance`` or integer
+    outputs. A few huge features (a sentinel, a banned logit's ``finfo.min``) do not move a
+    median."""
+    if tolerance is not None or not reference.is_floating_point():
+        return None
+    a = reference.detach().double().abs().flatten()
+    a = a[torch.isfinite(a)]
+    if a.numel() == 0:
+        return 1.0
+    s = float(a.median())
+    if s == 0.0:
+        s = float(a.mean())
+    return s if s > 0.0 else 1.0
+
+
 def _tolerances(reference: Tensor, tolerance: Optional[float], time_axis: bool = True) -> Tensor:
     """The tolerance at each position ``(B, T)`` (or sequence ``(B,)``), float64: ``tolerance``
-    if given, else ``rtol * max(1, largest finite |reference| there)``."""
-    a = reference.detach().double().abs()
+    if given, else ``rtol * s`` with ``s`` from :func:`_scale`, in the units of the deviations
+    that :func:`_deviations` measures with that scale."""
+    a = reference.detach()
     shape = a.shape[:2] if time_axis else a.shape[:1]
     if tolerance is not None:
         return torch.full(shape, float(tolerance), dtype=torch.float64, device=a.device)
     if not reference.is_floating_point():
         return torch.zeros(shape, dtype=torch.float64, device=a.device)  # integers: equal
-    rtol = _RTOL.get(reference.dtype, 1e-5)
-    a = torch.where(torch.isfinite(a), a, torch.zeros_like(a))
-    return rtol * _per_position(a, time_axis).clamp(min=1.0)
+    s = _scale(reference, tolerance)
+    return torch.full(shape, _rtol(reference.dtype) * s, dtype=torch.float64, device=a.device)
 
 
-def _deviations(a: Tensor, b: Tensor, time_axis: bool = True) -> Tensor:
-    """``max |a - b|`` at each position ``(B, T)`` (or sequence ``(B,)``), float64; equal
-    values (infinities too) differ by 0, NaN or an infinity against anything else by inf."""
+def _deviations(a: Tensor, b: Tensor, time_axis: bool = True,
+                scale: Optional[float] = None) -> Tensor:
+    """The deviation of ``a`` from the reference ``b`` at each position ``(B, T)`` (or sequence
+    ``(B,)``), float64: the largest over the features of ``|a - b|``, each scaled by
+    ``scale / (|b| + scale)`` when ``scale`` is given (a feature of size ``|b|`` is allowed
+    ``rtol * (|b| + scale)``: its own size, and a floor of the typical size, so that one huge
+    feature widens no other feature's tolerance). Equal values (infinities too) differ by 0,
+    NaN or an infinity against anything else by inf."""
     if a.shape != b.shape:
         raise ValueError(f"the model's outputs changed shape between runs: {tuple(b.shape)} "
                          f"and {tuple(a.shape)}")
     a, b = a.detach().double(), b.detach().double()
     diff = torch.where(a == b, torch.zeros_like(a), (a - b).abs())
     diff = torch.where(torch.isnan(diff), torch.full_like(diff, math.inf), diff)
+    if scale is not None:
+        size = torch.where(torch.isfinite(b), b.abs(), torch.zeros_like(b))
+        diff = diff * (scale / (size + scale))
     return _per_position(diff, time_axis)
 
 
@@ -463,9 +502,10 @@ def _perturbed(inputs: Tensor, where: Tensor, generator: torch.Generator,
     return torch.where(where, (inputs + shift) % V, inputs)  # a different id at every such place
 
 
-def _non_finite(out: Tensor) -> Optional[str]:
-    """Where ``out`` (B, T, ...) or (B, ...) is not finite, in words; None if it all is."""
-    bad = ~torch.isfinite(out)
+def _non_finite(out: Tensor, nan_only: bool = False) -> Optional[str]:
+    """Where ``out`` (B, T, ...) or (B, ...) is not finite (with ``nan_only``: is NaN), in
+    words; None if it all is."""
+    bad = torch.isnan(out) if nan_only else ~torch.isfinite(out)
     if not bool(bad.any()):
         return None
     b = int(bad.flatten(1).any(dim=1).nonzero()[0]) if out.dim() >= 2 else int(bad.nonzero()[0])
@@ -476,86 +516,163 @@ def _non_finite(out: Tensor) -> Optional[str]:
 
 
 def _not_finite_result(name: str, where: str, tol: float, what: str) -> CheckResult:
-    return CheckResult(name, False, f"{what} are not finite ({where}), so nothing can be "
+    return CheckResult(name, False, f"{what} hold NaN ({where}), so nothing can be "
                        "compared; check_finite shows where the NaN comes from.",
                        float("nan"), tol)
-
-
-def _lengths_argument(lens: Tensor, T: int, device: torch.device,
-                      mask_name: Optional[str]) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
-    """How the padding reaches the model: ``valid_lens`` as the second positional argument,
-    or a ``(B, T)`` int64 mask of 1 (valid) and 0 (padding) as the keyword ``mask_name``."""
-    if mask_name is None:
-        return (lens.clone(),), {}
-    keep = torch.arange(T, device=device)[None, :] < lens.to(device)[:, None]
-    return (), {mask_name: keep.long()}
 
 
 # --- the checks -------------------------------------------------------------------------------
 
 def _reference_run(run: Callable[..., Tensor], args: Tuple[Any, ...], B: int, T: int, name: str,
                    tolerance: Optional[float], what: str = "The outputs"
-                   ) -> Tuple[Tensor, Tensor, Optional[CheckResult]]:
+                   ) -> Tuple[Tensor, Tensor, Optional[float], Optional[CheckResult]]:
     """The run the other runs are compared with: its outputs ``(B, T, ...)``, the tolerance at
-    each position ``(B, T)``, and the failed result to return when those outputs are not finite
-    (``None`` when they are)."""
+    each position ``(B, T)``, the scale of the deviations (:func:`_scale`), and the failed
+    result to return when those outputs hold NaN (``None`` when they do not; an infinity, such
+    as a banned logit's ``-inf``, is compared as a value: equal infinities are equal)."""
     reference = run(*args)
     _check_time_axis(reference, B, T, name)
     tol = _tolerances(reference, tolerance)
-    where = _non_finite(reference)
+    where = _non_finite(reference, nan_only=True)
     failed = None if where is None else _not_finite_result(name, where, float(tol.min()), what)
-    return reference, tol, failed
+    return reference, tol, _scale(reference, tolerance), failed
 
 
-def check_causal(model: Model, inputs: Tensor, *, mode: str = "eval",
-                 tolerance: Optional[float] = None, seed: int = 0,
+def _lengths_argument(lens: Tensor, T: int, device: torch.device, mask_name: Optional[str],
+                      padding_side: str = "right", mask_convention: str = "keep"
+                      ) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
+    """How the padding reaches the model: ``valid_lens`` as the second positional argument,
+    or a ``(B, T)`` mask as the keyword ``mask_name``: int64 1 (valid) and 0 (padding),
+    Hugging Face's convention (``mask_convention="keep"``), or bool True at the padding,
+    ``nn.MultiheadAttention``'s ``key_padding_mask`` (``"ignore"``); the valid positions come
+    first (``padding_side="right"``) or last (``"left"``)."""
+    if mask_name is None:
+        return (lens.clone(),), {}
+    keep = ~_padding_of(lens, T, device, padding_side)
+    return (), {mask_name: keep.long() if mask_convention == "keep" else ~keep}
+
+
+def _padding_of(lens: Tensor, T: int, device: torch.device, padding_side: str) -> Tensor:
+    """bool ``(B, T)``, True at the padded positions."""
+    positions = torch.arange(T, device=device)[None, :]
+    lens = lens.to(device)[:, None]
+    return positions >= lens if padding_side == "right" else positions < T - lens
+
+
+def _check_mask_options(padding_side: object, mask_convention: object,
+                        mask_name: Optional[str]) -> None:
+    if padding_side not in ("right", "left"):
+        raise ValueError(f"padding_side must be 'right' or 'left', got {padding_side!r}")
+    if mask_convention not in ("keep", "ignore"):
+        raise ValueError(f"mask_convention must be 'keep' (1 = a valid position) or 'ignore' "
+                         f"(True = padding), got {mask_convention!r}")
+    if mask_name is None and (padding_side != "right" or mask_convention != "keep"):
+        raise ValueError("padding_side and mask_convention need mask_name (valid_lens passed "
+                         "positionally mean right padding)")
+
+
+def _sampled(n: int, samples: int, generator: torch.Generator) -> List[int]:
+    """All of ``range(n)`` if ``n <= 2 * samples``, else ``samples`` of them: the first, the
+    last, and the others drawn at random (sorted)."""
+    if n <= 2 * samples:
+        return list(range(n))
+    drawn = (torch.randperm(n - 2, generator=generator)[:max(samples - 2, 0)] + 1).tolist()
+    return sorted({0, n - 1, *drawn})
+
+
+def check_causal(model: Model, inputs: Tensor,
+                 valid_lens: Optional[Union[Tensor, Sequence[int]]] = None, *,
+                 mode: str = "eval", tolerance: Optional[float] = None, seed: int = 0,
                  vocab_size: Optional[int] = None,
                  module: Optional[nn.Module] = None, prefix: Optional[bool] = None,
+                 samples: int = 8, exact: bool = True, mask_name: Optional[str] = None,
+                 padding_side: str = "right", mask_convention: str = "keep",
                  input_name: Optional[str] = None, kwargs: Optional[Mapping[str, Any]] = None,
                  output: Output = None) -> CheckResult:
     r"""Check that the output at every position t ignores the inputs after t and the length.
 
-    Two tests. **The future**: for each position :math:`t = 0, \dots, T-2` the check changes
-    every input after t (random values for floats, other token ids for integers), runs the
-    model, and compares the output at t with the output for the original inputs. **The
-    length** (``prefix``): for each :math:`t` it runs the model on the first :math:`t + 1`
-    positions alone, ``inputs[:, :t+1]``, and compares every output with the full run's: a
-    causal model computes position t from positions 0..t only, whatever follows, so it must
-    give the same outputs; a model whose outputs depend on the sequence length (a sum divided
-    by T, positions counted from the end) passes the first test and fails this one. A causal
-    model (a decoder, a GPT) must pass; a model whose mask is missing, off by one or in the
-    wrong corner, whose normalisation mixes positions, or whose convolution sees the future,
-    fails, and the message names the first position that leaked and which later positions it
-    reads.
+    The check cuts the sequence after position c, for ``samples`` cuts c (all of them when
+    :math:`T - 1 \le 2 \cdot` ``samples``; otherwise the first, the last and the others drawn
+    at random), and asks whether the outputs at positions ``0..c`` depend on the inputs after
+    c. Four tests, in this order:
+
+    1. **Grad modes**: the model is run once under ``torch.no_grad()`` and once with gradients
+       enabled (as training runs it); the outputs must agree (a model that takes another path
+       when ``torch.is_grad_enabled()`` fails here).
+    2. **Exact** (``exact=True``, where the outputs carry a gradient): for each cut, one
+       backward pass of a random weighting of the outputs at ``0..c``; the gradient at every
+       input position after c must be *exactly* 0 (for token ids: at the outputs of the
+       ``nn.Embedding`` modules). No tolerance: a leak of any size (LayerScale at 1e-6, a soft
+       mask ``scores + log(mask + 1e-7)``, outputs of size 1e-6, a leak beside a feature of
+       size 1e8, a leak only in the backward pass) fails, and reduced matmul precision cannot
+       raise a false alarm.
+    3. **The future** (perturbation): for each cut, every input after c is changed (random
+       values for floats, other token ids for integers) and the outputs at ``0..c`` are
+       compared with the reference under the tolerance. This sees what gradients cannot: an
+       argmax, an integer path, NaN that appears only for other inputs.
+    4. **The length** (``prefix``): for each cut, the model runs on ``inputs[:, :c+1]`` alone;
+       every output must be that of the full run (a model that divides by T, or counts
+       positions from the end, passes tests 2 and 3 and fails this one).
+
+    With ``valid_lens``, the check runs on a padded batch (the padding passed as the model
+    takes it, see ``mask_name``): only the outputs at valid positions are asked about, and the
+    exact test also demands a zero gradient at the padded positions (causal *and* padding: a
+    mask combined with ``|`` instead of ``&``, or left padding that the model ignores, fails).
+    The length test is skipped with padding.
+
+    Cost: one run without and one with gradients, one backward pass (about two runs) per cut,
+    one run per cut for the future and one shorter run per cut for the length: about
+    ``4 * samples + 2`` runs of the model, whatever T (T = 512: 8 cuts).
+
+    **What a pass means.** Exactly, for the sampled cuts c, at these inputs: no output at
+    ``0..c`` has a non-zero derivative with respect to any input after c (nor any padded input),
+    whatever its size; and changing the inputs after c, or cutting them off, moved no output
+    at ``0..c`` beyond the tolerance. It is not a proof for other inputs, other cuts, longer
+    sequences or the other mode.
 
     Args:
-        model: ``model(inputs)`` maps ``inputs`` to ``(B, T, ...)`` outputs (a tuple's first
-            element is used); an ``nn.Module`` or any callable.
+        model: ``model(inputs)`` (with ``valid_lens``: ``model(inputs, valid_lens)`` or
+            ``model(inputs, **{mask_name: mask})``) maps ``inputs`` to ``(B, T, ...)`` outputs
+            (a tuple's first element is used); an ``nn.Module`` or any callable.
         inputs: ``(B, T, d)`` floats or ``(B, T)`` integer token ids, ``T >= 2``; never
             modified (every call gets a copy).
+        valid_lens: optional ``(B,)`` integers in ``[1, T]``: the valid positions of each
+            sequence (the first ones, or with ``padding_side="left"`` the last ones).
         mode: keyword-only; ``"eval"`` (default) or ``"train"``, the mode of every module the
             model calls during the check (see the module's notes; restored afterwards).
-        tolerance: keyword-only; the largest absolute deviation that counts as "unchanged";
-            default: relative to the dtype and to the outputs' size at each position (1e-5 in
-            float32).
-        seed: keyword-only; seeds the changed inputs and the generators before each call.
+        tolerance: keyword-only; the largest absolute deviation that counts as "unchanged"
+            in tests 1, 3, 4; default: relative to the dtype, the matmul precision and each
+            output feature's size (see the module's notes).
+        seed: keyword-only; seeds the cuts, the changed inputs and the generators before each
+            call.
         vocab_size: keyword-only; for token ids, changed ids are drawn from
             ``[0, vocab_size)`` (default: ``inputs.max() + 1``).
         module: keyword-only; a module to hold still from the start (any module the model
             calls is held anyway, from its first call).
-        prefix: keyword-only; run the length test (default: in eval mode yes, in train mode no,
-            because dropout draws its masks by the tensor's shape, so a shorter input draws
-            other masks). Pass False for a model that only accepts sequences of length T.
+        prefix: keyword-only; run the length test (default: in eval mode without padding yes;
+            in train mode no, because dropout draws its masks by the tensor's shape). Pass
+            False for a model that only accepts sequences of length T.
+        samples: keyword-only; the number of cuts (default 8; all ``T - 1`` when
+            ``T - 1 <= 2 * samples``).
+        exact: keyword-only; run the gradient test 2 (default True).
+        mask_name, padding_side, mask_convention: keyword-only; pass the padding as the
+            keyword ``mask_name``, a ``(B, T)`` mask: int64 1 = valid (``"keep"``, Hugging
+            Face's ``attention_mask``) or bool True = padding (``"ignore"``,
+            ``key_padding_mask``); valid positions first (``"right"``) or last (``"left"``).
         input_name, kwargs, output: keyword-only; how the model is called and what it
             returns (see the module's notes): e.g. ``input_name="input_ids",
             output="logits"`` for a Hugging Face model.
 
     Returns:
         :class:`CheckResult`; ``first_position`` is the first leaking position,
-        ``details["deviations"]`` the ``(T - 1,)`` largest change at each position t when the
-        inputs after t changed, ``details["reads"]`` the later positions that the first
-        leaking position reads, and ``details["prefix_deviations"]`` (when the length test
-        ran) the ``(T - 1,)`` largest change of the run on the first t + 1 positions.
+        ``details["deviations"]`` the ``(T - 1,)`` largest change at each position t in the
+        future test (0 where no cut reached t), ``details["reads"]`` the later positions
+        that the first leaking position reads, ``details["cuts"]`` the cuts,
+        ``details["exact"]`` whether the gradient test ran (or why not, a string),
+        ``details["gradients"]`` (when it ran) the ``(T,)`` largest gradient at each input
+        position after a cut (all 0 on a pass; on its failure, that of the first leaking
+        position, whose entry of ``details["deviations"]`` then holds the largest), ``details["prefix_deviations"]`` (when the
+        length test ran) the largest change of the run on the first c + 1 positions, per cut.
 
     Raises:
         ValueError: ``model`` not callable; ``inputs`` not ``(B, T, ...)`` float or integer
@@ -572,94 +689,228 @@ def check_causal(model: Model, inputs: Tensor, *, mode: str = "eval",
         False
 
     Source: Vaswani et al. (2017), section 3.2.3 (the decoder must not see later positions);
-    the prefix test of pangolinn; book chapters 8 and "When attention goes wrong".
+    the prefix and gradient tests of pangolinn; book chapters 8 and "When attention goes
+    wrong".
     """
     _check_model(model)
     inputs = _check_inputs(inputs, min_len=2)
     _check_options(mode, tolerance, seed)
     _check_vocab(inputs, vocab_size)
     _check_prefix(prefix)
-    _check_call(input_name, None, kwargs, output)
-    if prefix is None:
-        prefix = mode == "eval"
+    _check_call(input_name, mask_name, kwargs, output)
+    _check_mask_options(padding_side, mask_convention, mask_name)
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+        raise ValueError(f"samples must be an int >= 1, got {samples!r}")
+    if not isinstance(exact, bool):
+        raise ValueError(f"exact must be True or False, got {exact!r}")
     B, T = inputs.shape[:2]
+    valid_lens = _optional_valid_lens(valid_lens, mask_name, B, T)
+    if valid_lens is not None and bool((valid_lens < 1).any()):
+        raise ValueError("valid_lens for check_causal must be >= 1 (an empty sequence has no "
+                         "position to test)")
+    if input_name is not None and valid_lens is not None and mask_name is None:
+        raise ValueError("input_name needs mask_name: with the inputs passed as a keyword, the "
+                         "padding must be one too")
+    if prefix is None:
+        prefix = mode == "eval" and valid_lens is None
     name = "check_causal"
-    generator = torch.Generator(device=inputs.device).manual_seed(seed)
+    device = inputs.device
+    generator = torch.Generator(device=device).manual_seed(seed)
+    cuts = _sampled(T - 1, samples, torch.Generator().manual_seed(seed))
     run = _runner(model, seed, B, input_name=input_name, kwargs=kwargs, output=output)
-    positions = torch.arange(T, device=inputs.device)
-    prefix_dev: Optional[Tensor] = None
-    with _held_still(_find_module(model, module), mode, inputs.device) as held, torch.no_grad():
-        reference, tol, failed = _reference_run(run, (inputs,), B, T, name, tolerance)
+    positions = torch.arange(T, device=device)
+    padding = (torch.zeros(B, T, dtype=torch.bool, device=device) if valid_lens is None
+               else _padding_of(valid_lens, T, device, padding_side))
+    valid = ~padding
+
+    def call(x: Tensor) -> Tensor:
+        if valid_lens is None:
+            return run(x)
+        args, keywords = _lengths_argument(valid_lens, T, device, mask_name, padding_side,
+                                           mask_convention)
+        return run(x, *args, **keywords)
+
+    details: Dict[str, Any] = {"cuts": cuts, "reads": []}
+    with _held_still(_find_module(model, module), mode, device) as held:
+        with torch.no_grad():
+            reference, tol, scale, failed = _reference_run(call, (inputs,), B, T, name,
+                                                           tolerance)
+        how = held.describe(inputs.dtype, seed)
         if failed is not None:
             return failed
-        dev = torch.zeros(B, T - 1, dtype=torch.float64, device=tol.device)
-        for t in range(T - 1):
-            changed = _perturbed(inputs, (positions > t).expand(B, T), generator, vocab_size)
-            dev[:, t] = _deviations(run(changed), reference)[:, t]
-        leaking = (dev > tol[:, :-1]).any(dim=0).nonzero().flatten().tolist()
-        reads: List[int] = []
-        if leaking:
-            p = leaking[0]
-            for q in range(p + 1, T):  # which later positions does position p read?
-                changed = _perturbed(inputs, (positions == q).expand(B, T), generator, vocab_size)
-                if bool((_deviations(run(changed), reference)[:, p] > tol[:, p]).any()):
-                    reads.append(q)
-        elif prefix:
-            prefix_dev = torch.zeros(B, T - 1, dtype=torch.float64, device=tol.device)
-            prefix_tol = tol[:, :-1].clone()  # the tolerance where each run came closest
+        # 1. grad modes: the run with gradients enabled must give the same outputs
+        probe = _jacobian.Probe(call, inputs, generator)
+        _check_time_axis(probe.out, B, T, name)
+        mode_dev = _deviations(probe.out, reference, scale=scale).masked_fill(padding, 0.0)
+        if bool((mode_dev > tol).any()):
+            index, largest, tol_there = _nearest(mode_dev, tol)
+            message = (f"The model gives other outputs with gradients enabled than under "
+                       f"torch.no_grad(): at position {index[1]} of sequence {index[0]} they "
+                       f"differ by {_against(largest, tol_there)}. It takes another path when "
+                       f"torch.is_grad_enabled(); the checks below would test only one of the "
+                       f"two ({how}).")
+            return CheckResult(name, False, message, largest, tol_there, index[1],
+                               {**details, "grad_modes": mode_dev.amax(dim=0).cpu()})
+        # 2. exact: the gradient after each cut (and at the padding) must be exactly 0
+        details["exact"] = exact and (probe.usable or probe.why_not)
+        if exact and probe.usable:
+            gradients = torch.zeros(T, dtype=torch.float64, device=device)
+            for c in cuts:
+                ask = valid & (positions <= c)[None, :]
+                if not bool(ask.any()):
+                    continue
+                forbidden = padding | (positions > c)[None, :]
+                g = probe.influence(ask)
+                gradients = torch.maximum(gradients, g.masked_fill(~forbidden, 0.0).amax(dim=0))
+                if bool((g[forbidden] != 0).any()):
+                    return _causal_exact_failure(probe, c, valid, padding, positions, how,
+                                                 details, gradients)
+            details["gradients"] = gradients.cpu()
+        del probe
+        with torch.no_grad():
+            # 3. the future: change the inputs after each cut
+            dev = torch.zeros(B, T - 1, dtype=torch.float64, device=device)
+            for c in cuts:
+                changed = _perturbed(inputs, (positions > c).expand(B, T), generator, vocab_size)
+                d = _deviations(call(changed), reference, scale=scale)  # (B, T)
+                d = d.masked_fill(padding, 0.0)[:, :c + 1]
+                dev[:, :c + 1] = torch.maximum(dev[:, :c + 1], d)
+            leaking = (dev > tol[:, :-1]).any(dim=0).nonzero().flatten().tolist()
+            reads: List[int] = []
+            if leaking and T <= 64:
+                p = leaking[0]
+                for q in range(p + 1, T):  # which later positions does position p read?
+                    changed = _perturbed(inputs, (positions == q).expand(B, T), generator,
+                                         vocab_size)
+                    moved = _deviations(call(changed), reference, scale=scale)[:, p]
+                    if bool((moved.masked_fill(padding[:, p], 0.0) > tol[:, p]).any()):
+                        reads.append(q)
+            # 4. the length: run the first c + 1 positions alone
+            prefix_dev: Optional[Tensor] = None
             prefix_first: Optional[Tuple[int, int]] = None  # (length, position)
-            for t in range(T - 1):
-                try:
-                    out = run(inputs[:, :t + 1])
-                except Exception as error:  # noqa: BLE001  the model refuses shorter inputs
-                    raise ValueError(
-                        f"check_causal runs the model on the first t + 1 positions to test that "
-                        f"the outputs do not depend on the length; on {t + 1} positions it "
-                        f"raised {type(error).__name__}: {error}. Pass prefix=False for a model "
-                        "that only accepts sequences of length T") from error
-                _check_time_axis(out, B, t + 1, f"check_causal (prefix of {t + 1})")
-                d = _deviations(out, reference[:, :t + 1])  # (B, t + 1)
-                k = _ratio(d, tol[:, :t + 1]).argmax(dim=1, keepdim=True)  # (B, 1)
-                prefix_dev[:, t] = d.gather(1, k)[:, 0]
-                prefix_tol[:, t] = tol[:, :t + 1].gather(1, k)[:, 0]
-                bad = (d > tol[:, :t + 1]).any(dim=0).nonzero().flatten().tolist()
-                if bad and prefix_first is None:
-                    prefix_first = (t + 1, bad[0])
-        how = held.describe(inputs.dtype, seed)
+            if not leaking and prefix:
+                prefix_dev = torch.zeros(B, len(cuts), dtype=torch.float64, device=device)
+                prefix_tol = torch.zeros_like(prefix_dev)
+                for i, c in enumerate(cuts):
+                    try:
+                        out = run(inputs[:, :c + 1])
+                    except Exception as error:  # noqa: BLE001  the model refuses shorter inputs
+                        raise ValueError(
+                            f"check_causal runs the model on the first c + 1 positions to test "
+                            f"that the outputs do not depend on the length; on {c + 1} "
+                            f"positions it raised {type(error).__name__}: {error}. Pass "
+                            "prefix=False for a model that only accepts sequences of length "
+                            "T") from error
+                    _check_time_axis(out, B, c + 1, f"check_causal (prefix of {c + 1})")
+                    d = _deviations(out, reference[:, :c + 1], scale=scale)  # (B, c + 1)
+                    k = _ratio(d, tol[:, :c + 1]).argmax(dim=1, keepdim=True)  # (B, 1)
+                    prefix_dev[:, i] = d.gather(1, k)[:, 0]
+                    prefix_tol[:, i] = tol[:, :c + 1].gather(1, k)[:, 0]
+                    bad = (d > tol[:, :c + 1]).any(dim=0).nonzero().flatten().tolist()
+                    if bad and prefix_first is None:
+                        prefix_first = (c + 1, bad[0])
     deviations = dev.amax(dim=0).cpu()  # (T - 1,)
-    details: Dict[str, Any] = {"deviations": deviations, "reads": reads}
+    details.update({"deviations": deviations, "reads": reads})
+    exact_words = _exact_words(details.get("exact"), len(cuts), T)
     if not leaking and prefix_dev is not None:
         details["prefix_deviations"] = prefix_dev.amax(dim=0).cpu()
         if prefix_first is not None:
             length, p = prefix_first
             index, largest, tol_there = _nearest(prefix_dev, prefix_tol)
-            message = (f"Changing the inputs after each position t left the output at t "
+            message = (f"Changing the inputs after each cut left the outputs before it "
                        f"unchanged, but the outputs depend on the sequence length: run on "
                        f"{_first(length)} alone, the model gives position {p} another output "
-                       f"than in the full run of {T}. The largest change over the {T - 1} "
-                       f"shorter runs is {_against(largest, tol_there)}, in the "
-                       f"run on {_first(index[1] + 1)} ({how}).")
+                       f"than in the full run of {T}. The largest change over the "
+                       f"{len(cuts)} shorter runs is {_against(largest, tol_there)}, in the "
+                       f"run on {_first(cuts[index[1]] + 1)} ({how}).")
             return CheckResult(name, False, message, largest, tol_there, p, details)
-    _, largest, tol_there = _nearest(dev, tol[:, :-1])
     if not leaking:
-        tested = ("changing the inputs after t left the output at t unchanged" +
+        tested = (f"changing the inputs after t left the outputs at 0..t unchanged" +
                   (", and a run on the first t + 1 positions alone gave the same outputs"
                    if prefix_dev is not None else ""))
         all_dev, all_tol = dev, tol[:, :-1]
         if prefix_dev is not None:
-            all_dev, all_tol = torch.cat([dev, prefix_dev]), torch.cat([all_tol, prefix_tol])
+            all_dev = torch.cat([dev, prefix_dev], dim=1)
+            all_tol = torch.cat([all_tol, prefix_tol], dim=1)
         _, largest, tol_there = _nearest(all_dev, all_tol)
-        message = (f"For every position t of {T}, {tested}; "
+        where = f"every position t of {T}" if len(cuts) == T - 1 else \
+            f"{len(cuts)} positions t of {T}"
+        padded = "" if valid_lens is None else \
+            f" ({int(padding.sum())} padded positions, padding on the {padding_side})"
+        message = (f"{exact_words}For {where}{padded}, {tested}; "
                    f"{_largest(all_dev.cpu(), all_tol.cpu(), how)}.")
         return CheckResult(name, True, message, largest, tol_there, None, details)
+    _, largest, tol_there = _nearest(dev, tol[:, :-1])
     p = leaking[0]
-    what = _positions(reads) if reads else "several later positions together"
+    what = _positions(reads) if reads else "later positions"
     worst = f"{_fmt(float(deviations.max()))}, at position {int(deviations.argmax())}"
     message = (f"The output at position {p} changed by {_fmt(float(dev[:, p].max()))} when the "
                f"inputs after it changed (tolerance {_fmt(float(tol[:, p].min()))}): it reads "
                f"{what}. {len(leaking)} of the first {T - 1} positions leak; the largest "
                f"deviation is {worst} ({how}).")
     return CheckResult(name, False, message, largest, tol_there, p, details)
+
+
+def _exact_words(exact: Any, num_cuts: int, T: int) -> str:
+    """The gradient test's part of a pass message."""
+    if exact is True:
+        return (f"Exact: the gradient of the outputs at 0..t with respect to every input "
+                f"after t is exactly 0 (at {num_cuts} cuts t). ")
+    if isinstance(exact, str):
+        return f"The gradient test could not run ({exact}). "
+    return ""
+
+
+def _causal_exact_failure(probe: Any, c: int, valid: Tensor, padding: Tensor,
+                          positions: Tensor, how: str, details: Dict[str, Any],
+                          gradients: Tensor) -> CheckResult:
+    """The result when the outputs at ``0..c`` have a non-zero gradient after ``c`` (or at
+    the padding): the first position that does, found with one backward pass per position
+    (at most 64), and what it reads."""
+    name = "check_causal"
+    T = positions.numel()
+    p, g, kind = None, None, "future"
+    for t in range(min(c + 1, 64)):
+        ask = valid & (positions == t)[None, :]
+        if not bool(ask.any()):
+            continue
+        g_t = probe.influence(ask)
+        future = (positions > t)[None, :].expand_as(g_t)
+        if bool((g_t[future] != 0).any()):
+            p, g = t, g_t.masked_fill(~future, 0.0)
+            break
+        if bool((g_t[padding] != 0).any()):
+            p, g, kind = t, g_t.masked_fill(~padding, 0.0), "padding"
+            break
+    if p is None:  # not found among the first 64: report the cut
+        ask = valid & (positions <= c)[None, :]
+        forbidden = padding | (positions > c)[None, :]
+        g = probe.influence(ask).masked_fill(~forbidden, 0.0)
+    per_position = g.amax(dim=0).cpu()  # (T,)
+    reads = per_position.nonzero().flatten().tolist()
+    largest = float(per_position.max())
+    deviations = torch.zeros(T - 1, dtype=torch.float64)
+    if p is not None and p < T - 1:
+        deviations[p] = largest  # the gradient test stops at the first leaking position
+    details = {**details, "reads": reads, "gradients": per_position,
+               "exact": True, "deviations": deviations}
+    grad = _fmt(largest).replace(" (NaN or an infinity)", " or NaN")
+    if p is None:
+        message = (f"The outputs at positions 0-{c} have a non-zero gradient with respect to "
+                   f"the inputs at {_positions(reads)} after them or at the padding (largest "
+                   f"|gradient| {grad}; exactly 0 is required) ({how}).")
+        return CheckResult(name, False, message, largest, 0.0, None, details)
+    if kind == "padding":
+        message = (f"The output at valid position {p} has a non-zero gradient with respect to "
+                   f"the padded {_positions(reads)} (largest |gradient| {grad}; exactly 0 is "
+                   f"required): it reads the padding, so the mask misses it (a causal mask "
+                   f"combined with the padding mask by | instead of &, or padding on the other "
+                   f"side than the mask assumes) ({how}).")
+    else:
+        message = (f"The output at position {p} has a non-zero gradient with respect to the "
+                   f"inputs after it (largest |gradient| {grad}; exactly 0 is required): it "
+                   f"reads {_positions(reads)}. It reads the future, however little ({how}).")
+    return CheckResult(name, False, message, largest, 0.0, p, details)
 
 
 def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequence[int]], *,
@@ -773,21 +1024,24 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
         if per_position:
             _check_time_axis(reference, B, T, "check_padding (pooled=False)")
         tol = _tolerances(reference, tolerance, time_axis=per_position)  # (B, T) or (B,)
+        scale = _scale(reference, tolerance)
         valid = ~padding if per_position else torch.ones(B, dtype=torch.bool,
                                                         device=inputs.device)
-        if _non_finite(reference[valid][None] if per_position else reference) is not None:
+        if _non_finite(reference[valid][None] if per_position else reference,
+                       nan_only=True) is not None:
             return _not_finite_result(name, "at valid positions", float(tol.min()), "The outputs")
         alone_dev = torch.zeros_like(tol)
         for b, out in alone.items():
             L = int(lens[b])
             if per_position:
-                alone_dev[b, :L] = _deviations(out, reference[b:b + 1, :L])[0]
+                alone_dev[b, :L] = _deviations(out, reference[b:b + 1, :L], scale=scale)[0]
             else:
-                alone_dev[b] = _deviations(out, reference[b:b + 1], time_axis=False)[0]
+                alone_dev[b] = _deviations(out, reference[b:b + 1], time_axis=False,
+                                            scale=scale)[0]
         content_dev = torch.zeros_like(tol)
         if pad_id is None:
             changed = _perturbed(inputs, padding, generator, vocab_size)
-            content_dev = _deviations(call(changed, valid_lens), reference, per_position)
+            content_dev = _deviations(call(changed, valid_lens), reference, per_position, scale)
             if per_position:
                 content_dev = content_dev.masked_fill(padding, 0.0)
         how = held.describe(inputs.dtype, seed)
@@ -913,14 +1167,16 @@ def check_batch_independence(model: Model, inputs: Tensor,
         reference = call(slice(0, B))
         time_axis = reference.dim() >= 2 and reference.shape[1] == T
         tol = _tolerances(reference, tolerance, time_axis)
+        scale = _scale(reference, tolerance)
         valid = torch.ones(tol.shape, dtype=torch.bool, device=tol.device)
         if time_axis and valid_lens is not None:
             valid = torch.arange(T, device=tol.device)[None, :] < valid_lens.to(tol.device)[:, None]
-        if _non_finite(reference[valid][None] if time_axis else reference) is not None:
+        if _non_finite(reference[valid][None] if time_axis else reference,
+                       nan_only=True) is not None:
             return _not_finite_result(name, "at valid positions", float(tol.min()), "The outputs")
         dev = torch.zeros_like(tol)
         for b in range(B):
-            dev[b] = _deviations(call(slice(b, b + 1)), reference[b:b + 1], time_axis)[0]
+            dev[b] = _deviations(call(slice(b, b + 1)), reference[b:b + 1], time_axis, scale)[0]
         dev = dev.masked_fill(~valid, 0.0).cpu()
         how = held.describe(inputs.dtype, seed)
     tol = tol.cpu()
@@ -1012,13 +1268,13 @@ def check_permutation_equivariance(model: Model, inputs: Tensor, *, mode: str = 
     perms = [_derangement(T, generator) for _ in range(num_permutations)]
     run = _runner(model, seed, B, input_name=input_name, kwargs=kwargs, output=output)
     with _held_still(_find_module(model, module), mode, inputs.device) as held, torch.no_grad():
-        reference, tol, failed = _reference_run(run, (inputs,), B, T, name, tolerance)
+        reference, tol, scale, failed = _reference_run(run, (inputs,), B, T, name, tolerance)
         if failed is not None:
             return failed
         devs, tols = [], []
         for perm in perms:
             index = perm.to(inputs.device)
-            devs.append(_deviations(run(inputs[:, index]), reference[:, index]))  # (B, T)
+            devs.append(_deviations(run(inputs[:, index]), reference[:, index], scale=scale))  # (B, T)
             tols.append(tol[:, index])
         how = held.describe(inputs.dtype, seed)
     dev, tol = torch.stack(devs).cpu(), torch.stack(tols).cpu()  # (P, B, T)
@@ -1106,7 +1362,7 @@ def check_kv_cache(model: Model, inputs: Tensor, new_cache: Callable[[], Any], *
     name = "check_kv_cache"
     run = _runner(model, seed, B, output=output)
     with _held_still(_find_module(model, module), mode, inputs.device) as held, torch.no_grad():
-        reference, tol, failed = _reference_run(run, (inputs, None), B, T, name, tolerance,
+        reference, tol, scale, failed = _reference_run(run, (inputs, None), B, T, name, tolerance,
                                                 "The outputs without a cache")
         if failed is not None:
             return failed
@@ -1118,7 +1374,7 @@ def check_kv_cache(model: Model, inputs: Tensor, new_cache: Callable[[], Any], *
             pieces.append(piece)
         cached = torch.cat(pieces, dim=1)
         how = held.describe(inputs.dtype, seed)
-    dev_bt, tol = _deviations(cached, reference).cpu(), tol.cpu()  # (B, T)
+    dev_bt, tol = _deviations(cached, reference, scale=scale).cpu(), tol.cpu()  # (B, T)
     dev = dev_bt.amax(dim=0)  # (T,)
     _, largest, tol_there = _nearest(dev_bt, tol)
     differs = (dev_bt > tol).any(dim=0).nonzero().flatten().tolist()
