@@ -124,9 +124,10 @@ class Probe:
         out = self.out
         sel = select.to(out.device)
         sel = sel.view(*sel.shape, *([1] * (out.dim() - sel.dim())))
-        loss = (out * torch.where(sel, self.weights, torch.zeros_like(self.weights))).sum()
         tensors = [leaf for leaf, shared in self.leaves if not (per_sequence and shared)]
-        grads = torch.autograd.grad(loss, tensors, retain_graph=True, allow_unused=True)
+        with torch.enable_grad():
+            loss = (out * torch.where(sel, self.weights, torch.zeros_like(self.weights))).sum()
+            grads = torch.autograd.grad(loss, tensors, retain_graph=True, allow_unused=True)
         self.backward_passes += 1
         total = torch.zeros(self.B, self.T, dtype=torch.float64, device=out.device)
         for g in grads:

@@ -913,17 +913,68 @@ def _causal_exact_failure(probe: Any, c: int, valid: Tensor, padding: Tensor,
     return CheckResult(name, False, message, largest, 0.0, p, details)
 
 
+def _grad_modes(name: str, probe: Any, reference: Tensor, tol: Tensor, scale: Optional[float],
+                valid: Tensor, time_axis: bool, how: str) -> Optional[CheckResult]:
+    """The failed result when the run with gradients enabled (``probe.out``) differs from the
+    reference run under ``torch.no_grad()`` at a ``valid`` place, else ``None``."""
+    if probe.out.shape != reference.shape:
+        raise ValueError(f"the model's outputs have shape {tuple(probe.out.shape)} with "
+                         f"gradients enabled and {tuple(reference.shape)} under no_grad")
+    dev = _deviations(probe.out, reference, time_axis, scale).masked_fill(~valid, 0.0)
+    if not bool((dev > tol).any()):
+        return None
+    index, largest, tol_there = _nearest(dev, tol)
+    where = (f"at position {index[1]} of sequence {index[0]}" if len(index) == 2
+             else f"in sequence {index[0]}")
+    message = (f"The model gives other outputs with gradients enabled than under "
+               f"torch.no_grad(): {where} they differ by {_against(largest, tol_there)}. It "
+               f"takes another path when torch.is_grad_enabled(); the other tests would see "
+               f"only one of the two ({how}).")
+    return CheckResult(name, False, message, largest, tol_there,
+                       index[1] if len(index) == 2 else None, {"grad_modes": dev.cpu()})
+
+
+def _first_reader(probe: Any, b: int, valid: Tensor, forbidden: Tensor, time_axis: bool,
+                  per_sequence: bool = True) -> Tuple[Optional[int], Tensor]:
+    """The first valid output position of sequence ``b`` (at most the first 64) whose
+    gradient is not 0 somewhere ``forbidden`` ((B, T) bool), and that gradient masked to the
+    forbidden places; ``(None, gradient of all of b's valid outputs)`` when none is found or
+    the outputs have no positions."""
+    B = valid.shape[0]
+    if time_axis:
+        for t in torch.nonzero(valid[b]).flatten().tolist()[:64]:
+            ask = torch.zeros_like(valid)
+            ask[b, t] = True
+            g = probe.influence(ask, per_sequence=per_sequence)
+            if bool((g[forbidden] != 0).any()):
+                return t, g.masked_fill(~forbidden, 0.0)
+    ask = torch.zeros_like(valid)
+    ask[b] = valid[b]
+    return None, probe.influence(ask, per_sequence=per_sequence).masked_fill(~forbidden, 0.0)
+
+
+def _gradient_words(g: float) -> str:
+    return _fmt(g).replace(" (NaN or an infinity)", " or NaN")
+
+
 def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequence[int]], *,
                   mode: str = "eval", tolerance: Optional[float] = None, seed: int = 0,
                   vocab_size: Optional[int] = None, pooled: Optional[bool] = None,
                   module: Optional[nn.Module] = None, pad_id: Optional[int] = None,
                   mask_name: Optional[str] = None, input_name: Optional[str] = None,
                   kwargs: Optional[Mapping[str, Any]] = None,
-                  output: Output = None) -> CheckResult:
+                  output: Output = None, exact: bool = True) -> CheckResult:
     """Check that outputs at valid positions ignore the padding.
 
-    Sequence ``b`` is valid at positions ``0 .. valid_lens[b] - 1``; the rest is padding. Two
-    tests. **Alone**: each padded sequence with at least one valid position is run alone,
+    Sequence ``b`` is valid at positions ``0 .. valid_lens[b] - 1``; the rest is padding. First
+    the padded batch is run under ``torch.no_grad()`` and with gradients enabled, which must
+    agree (a model that takes another path when ``torch.is_grad_enabled()`` fails). Then
+    **exact** (``exact=True``, where the outputs carry a gradient; one backward pass): the
+    gradient of a random weighting of the outputs at the valid positions (or the pooled
+    outputs) with respect to every padded input must be exactly 0, whatever its size (for
+    token ids: at the outputs of the ``nn.Embedding`` modules). Then two perturbation tests,
+    for what gradients cannot see (a pad id the model looks for, an argmax, NaN).
+    **Alone**: each padded sequence with at least one valid position is run alone,
     without its padding (``inputs[b:b+1, :valid_lens[b]]``), and its outputs at the valid
     positions (or its pooled output) must equal those it gets in the padded batch: the padding
     is tested as the model uses it, whatever marks it (``valid_lens``, a mask, or a pad id the
@@ -952,6 +1003,14 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
             (valid) and 0 (padding), e.g. ``"attention_mask"``, instead of ``valid_lens``.
         input_name, kwargs, output: keyword-only; as in :func:`check_causal` (``input_name``
             needs ``mask_name``).
+        exact: keyword-only; run the gradient test (default True).
+
+    Cost: two runs of the batch, one backward pass, one run per padded sequence, one run with
+    the padding changed.
+
+    **What a pass means.** Exactly, at these inputs: no valid output has a non-zero derivative
+    with respect to any padded input; and the sequences run alone, and the batch with other
+    padding, gave the same valid outputs within the tolerance.
 
     Returns:
         :class:`CheckResult`; ``first_position`` is the first valid position that moved (in
@@ -1001,6 +1060,7 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
         args, keywords = _lengths_argument(lengths, x.shape[1], x.device, mask_name)
         return run(x, *args, **keywords)
 
+    num_padded = int((lens < T).sum())
     alone_ids = [b for b in range(B) if 0 < int(lens[b]) < T]
     with _held_still(_find_module(model, module), mode, inputs.device) as held, torch.no_grad():
         reference = call(inputs, valid_lens)
@@ -1030,6 +1090,35 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
         if _non_finite(reference[valid][None] if per_position else reference,
                        nan_only=True) is not None:
             return _not_finite_result(name, "at valid positions", float(tol.min()), "The outputs")
+        how = held.describe(inputs.dtype, seed)
+        probe = _jacobian.Probe(lambda x: call(x, valid_lens), inputs,
+                                torch.Generator(device=inputs.device).manual_seed(seed + 1))
+        failed = _grad_modes(name, probe, reference, tol, scale, valid, per_position, how)
+        if failed is not None:
+            return failed
+        exact_ran: Any = exact and (probe.usable or probe.why_not)
+        if exact and probe.usable:  # the gradient at the padding must be exactly 0
+            g = probe.influence(valid, per_sequence=True).masked_fill(~padding, 0.0)
+            if bool((g != 0).any()):
+                b = int((g != 0).any(dim=1).nonzero()[0])
+                p, g_b = _first_reader(probe, b, valid, padding, per_position)
+                read = g_b[b].cpu()
+                largest = float(read.max())
+                where = (f"The output at valid position {p} of sequence {b}" if p is not None
+                         else f"The {'pooled output' if not per_position else 'output'} of "
+                              f"sequence {b}")
+                message = (f"{where} (valid length {int(lens[b])}) has a non-zero "
+                           f"gradient with respect to its padded "
+                           f"{_positions(read.nonzero().flatten().tolist())} (largest "
+                           f"|gradient| {_gradient_words(largest)}; exactly 0 is required): it "
+                           f"reads the padding, however little. "
+                           f"{int((g != 0).any(dim=1).sum())} of {num_padded} padded sequences "
+                           f"do ({how}).")
+                return CheckResult(name, False, message, largest, 0.0, p,
+                                   {"deviations": torch.zeros_like(tol).cpu(),
+                                    "pooled": not per_position, "sequence": b,
+                                    "gradients": g.cpu(), "exact": True})
+        del probe
         alone_dev = torch.zeros_like(tol)
         for b, out in alone.items():
             L = int(lens[b])
@@ -1044,11 +1133,10 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
             content_dev = _deviations(call(changed, valid_lens), reference, per_position, scale)
             if per_position:
                 content_dev = content_dev.masked_fill(padding, 0.0)
-        how = held.describe(inputs.dtype, seed)
-    num_padded = int((lens < T).sum())
     dev = torch.maximum(alone_dev, content_dev).cpu()
     tol = tol.cpu()
-    details: Dict[str, Any] = {"deviations": dev, "pooled": not per_position}
+    details: Dict[str, Any] = {"deviations": dev, "pooled": not per_position,
+                               "exact": exact_ran}
     valid = valid.cpu()
     _, largest, tol_there = _nearest(dev[valid], tol[valid])  # padded positions do not count
     what = (f"Filling the padded positions ({num_padded} of {B} sequences have padding) with "
@@ -1096,6 +1184,11 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
         tests += f", and filling the padding with other values left {unmoved} unchanged"
     else:
         tests += f" (padding holds pad_id = {pad_id}, so it was not refilled)"
+    if exact_ran is True:
+        tests = ("Exact: the gradient of the outputs at the valid positions with respect to "
+                 "every padded input is exactly 0. " + tests)
+    elif isinstance(exact_ran, str):
+        tests = f"The gradient test could not run ({exact_ran}). " + tests
     message = f"{tests}; {_largest(dev[valid], tol[valid], how)}."
     return CheckResult(name, True, message, largest, tol_there, None, details)
 
@@ -1106,11 +1199,18 @@ def check_batch_independence(model: Model, inputs: Tensor,
                              seed: int = 0, module: Optional[nn.Module] = None,
                              mask_name: Optional[str] = None, input_name: Optional[str] = None,
                              kwargs: Optional[Mapping[str, Any]] = None,
-                             output: Output = None) -> CheckResult:
+                             output: Output = None, exact: bool = True) -> CheckResult:
     """Check that each sequence's outputs ignore the other sequences of the batch.
 
-    The check runs the whole batch, then each sequence alone (a batch of one), and compares
-    each sequence's outputs (at its valid positions, with ``valid_lens``). A model that mixes
+    The check runs the whole batch under ``torch.no_grad()`` and with gradients enabled (the
+    two must agree). **Exact** (``exact=True``, where the outputs carry a gradient): for each
+    sequence b (all of them when ``B <= 16``, else 8 drawn at random), one backward pass of a
+    random weighting of b's outputs; the gradient with respect to every other sequence's
+    inputs must be exactly 0. Then, for what gradients cannot see, it runs each sequence alone
+    (a batch of one) and the batch in a shuffled order (a random permutation that moves every
+    sequence), and compares each sequence's outputs (at its valid positions, with
+    ``valid_lens``); a model that sorts its batch (by length, say) and returns it unsorted
+    fails the shuffled run. A model that mixes
     the batch fails: ``.view(T, B, C)`` where a transpose was meant, a shift or a roll along the
     batch axis (sequence b reading sequence b - 1), statistics taken over the batch (BatchNorm
     in training mode). Such a bug is invisible at B = 1, and a check that runs one sequence at
@@ -1126,6 +1226,14 @@ def check_batch_independence(model: Model, inputs: Tensor,
         mode, tolerance, seed, module: keyword-only; as in :func:`check_causal`.
         mask_name: keyword-only; as in :func:`check_padding`.
         input_name, kwargs, output: keyword-only; as in :func:`check_causal`.
+        exact: keyword-only; run the gradient test (default True).
+
+    Cost: two runs of the batch, one backward pass per sequence tested, ``B`` runs of one
+    sequence and one shuffled run of the batch.
+
+    **What a pass means.** Exactly, at these inputs: no tested sequence's outputs have a
+    non-zero derivative with respect to another sequence's inputs; and alone, or shuffled,
+    every sequence got its outputs within the tolerance.
 
     Returns:
         :class:`CheckResult`; ``first_position`` is the first position of the first sequence
@@ -1156,8 +1264,8 @@ def check_batch_independence(model: Model, inputs: Tensor,
     name = "check_batch_independence"
     run = _runner(model, seed, B, input_name=input_name, kwargs=kwargs, output=output)
 
-    def call(rows: slice) -> Tensor:
-        x = inputs[rows]
+    def call(rows: Union[slice, Tensor], x: Optional[Tensor] = None) -> Tensor:
+        x = inputs[rows] if x is None else x[rows]
         if valid_lens is None:
             return run(x)
         args, keywords = _lengths_argument(valid_lens[rows], T, x.device, mask_name)
@@ -1174,19 +1282,67 @@ def check_batch_independence(model: Model, inputs: Tensor,
         if _non_finite(reference[valid][None] if time_axis else reference,
                        nan_only=True) is not None:
             return _not_finite_result(name, "at valid positions", float(tol.min()), "The outputs")
+        how = held.describe(inputs.dtype, seed)
+        probe = _jacobian.Probe(lambda x: call(slice(0, B), x), inputs,
+                                torch.Generator(device=inputs.device).manual_seed(seed + 1))
+        failed = _grad_modes(name, probe, reference, tol, scale, valid, time_axis, how)
+        if failed is not None:
+            return failed
+        exact_ran: Any = exact and (probe.usable or probe.why_not)
+        tested = _sampled(B, 8, torch.Generator().manual_seed(seed))
+        if exact and probe.usable:
+            rows = torch.arange(B, device=inputs.device)[:, None]
+            for b in tested:
+                ask = valid & (rows == b) if time_axis else (rows[:, 0] == b)
+                g = probe.influence(ask, per_sequence=True)
+                others = (rows != b).expand(B, T)
+                if bool((g[others] != 0).any()):
+                    p, g_b = _first_reader(probe, b, valid if time_axis else ask, others,
+                                           time_axis)
+                    read = (g_b != 0).any(dim=1).nonzero().flatten().tolist()
+                    largest = float(g_b.max())
+                    at = f" at position {p}" if p is not None else ""
+                    message = (f"The outputs of sequence {b}{at} have a non-zero gradient with "
+                               f"respect to the inputs of sequence"
+                               f"{'s' if len(read) > 1 else ''} {_spans(read)} of the batch "
+                               f"of {B} (largest |gradient| {_gradient_words(largest)}; "
+                               f"exactly 0 is required): they read other sequences, however "
+                               f"little ({how}).")
+                    return CheckResult(name, False, message, largest, 0.0, p,
+                                       {"deviations": torch.zeros(B, dtype=torch.float64),
+                                        "sequence": b, "reads": read, "exact": True})
+        del probe
         dev = torch.zeros_like(tol)
         for b in range(B):
             dev[b] = _deviations(call(slice(b, b + 1)), reference[b:b + 1], time_axis, scale)[0]
-        dev = dev.masked_fill(~valid, 0.0).cpu()
-        how = held.describe(inputs.dtype, seed)
+        # the batch shuffled: a model that sorts its batch must put it back
+        order = _derangement(B, torch.Generator().manual_seed(seed))
+        shuffled = _deviations(call(order.to(inputs.device)), reference[order.to(tol.device)],
+                               time_axis, scale)
+        shuffle_dev = torch.zeros_like(tol)
+        shuffle_dev[order.to(tol.device)] = shuffled
+        shuffle_dev = shuffle_dev.masked_fill(~valid, 0.0)
+        dev = dev.masked_fill(~valid, 0.0)
+        shuffle_only = bool((shuffle_dev > tol).any()) and not bool((dev > tol).any())
+        dev = torch.maximum(dev, shuffle_dev).cpu()
     tol = tol.cpu()
     moved = dev > tol
     per_sequence = dev.flatten(1).amax(dim=1) if dev.dim() == 2 else dev
-    details: Dict[str, Any] = {"deviations": per_sequence}
+    details: Dict[str, Any] = {"deviations": per_sequence, "exact": exact_ran,
+                               "tested": tested, "order": order}
     _, largest, tol_there = _nearest(dev, tol)
     if not bool(moved.any()):
         valid = valid.cpu()
-        message = (f"Each of the {B} sequences run alone gave the outputs it has in the batch; "
+        words = ""
+        if exact_ran is True:
+            which = f"any of the {B} sequences" if len(tested) == B else \
+                f"{len(tested)} of the {B} sequences"
+            words = (f"Exact: the gradient of the outputs of {which} with respect to every "
+                     f"other sequence is exactly 0. ")
+        elif isinstance(exact_ran, str):
+            words = f"The gradient test could not run ({exact_ran}). "
+        message = (f"{words}Each of the {B} sequences run alone, and in the shuffled batch, "
+                   f"gave the outputs it has in the batch; "
                    f"{_largest(dev[valid], tol[valid], how)}.")
         return CheckResult(name, True, message, largest, tol_there, None, details)
     b = int(moved.flatten(1).any(dim=1).nonzero()[0]) if moved.dim() == 2 else \
@@ -1194,6 +1350,14 @@ def check_batch_independence(model: Model, inputs: Tensor,
     p = int(moved[b].nonzero()[0]) if moved.dim() == 2 else None
     where = f" (first at position {p})" if p is not None else ""
     count = int((moved.flatten(1).any(dim=1) if moved.dim() == 2 else moved).sum())
+    if shuffle_only:
+        message = (f"Each sequence run alone gave its outputs, but in the batch shuffled "
+                   f"(order {order.tolist()}) sequence {b}'s outputs moved by "
+                   f"{_fmt(float(per_sequence[b]))}{where}: the model returns its outputs in "
+                   f"another order than its inputs (a batch sorted, by length say, and not "
+                   f"put back). {count} of {B} sequences moved; {_largest(dev, tol, how)}.")
+        return CheckResult(name, False, message, largest, tol_there, p,
+                           {**details, "sequence": b})
     message = (f"Sequence {b} run alone gave other outputs than in the batch of {B}: they "
                f"moved by {_fmt(float(per_sequence[b]))}{where}, so they read other sequences "
                f"of the batch. {count} of {B} sequences moved; {_largest(dev, tol, how)}.")
