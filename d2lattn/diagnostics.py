@@ -733,11 +733,16 @@ def check_causal(model: Model, inputs: Tensor,
     details: Dict[str, Any] = {"cuts": cuts, "reads": []}
     with _held_still(_find_module(model, module), mode, device) as held:
         with torch.no_grad():
-            reference, tol, scale, failed = _reference_run(call, (inputs,), B, T, name,
-                                                           tolerance)
+            reference = call(inputs)
+        _check_time_axis(reference, B, T, name)
+        tol, scale = _tolerances(reference, tolerance), _scale(reference, tolerance)
         how = held.describe(inputs.dtype, seed)
-        if failed is not None:
-            return failed
+        where = _non_finite(reference[valid][None], nan_only=True)
+        if where is not None:
+            where = _non_finite(reference.masked_fill(padding.view(
+                B, T, *([1] * (reference.dim() - 2))), 0.0), nan_only=True)
+            return _not_finite_result(name, str(where), float(tol.min()), "The outputs")
+        nan_at_padding = bool(torch.isnan(reference).any())
         # 1. grad modes: the run with gradients enabled must give the same outputs
         probe = _jacobian.Probe(call, inputs, generator)
         _check_time_axis(probe.out, B, T, name)
@@ -752,6 +757,9 @@ def check_causal(model: Model, inputs: Tensor,
             return CheckResult(name, False, message, largest, tol_there, index[1],
                                {**details, "grad_modes": mode_dev.amax(dim=0).cpu()})
         # 2. exact: the gradient after each cut (and at the padding) must be exactly 0
+        if nan_at_padding:
+            probe.why_not = ("the outputs hold NaN at padded positions, which would make "
+                             "every gradient NaN")
         details["exact"] = exact and (probe.usable or probe.why_not)
         if exact and probe.usable:
             gradients = torch.zeros(T, dtype=torch.float64, device=device)
