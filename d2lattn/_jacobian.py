@@ -121,20 +121,28 @@ class Probe:
         dependence (to first order). ``select``: bool, ``(B, T)`` (or ``(B,)`` for outputs
         without positions). ``per_sequence``: ignore the tables shared by all sequences
         (positions), which cannot tell one sequence's dependence from another's."""
+        return self.influences(select)[1 if per_sequence else 0]
+
+    def influences(self, select: Tensor) -> Tuple[Tensor, Tensor]:
+        """:meth:`influence` with and without the shared tables, from one backward pass."""
         out = self.out
         sel = select.to(out.device)
         sel = sel.view(*sel.shape, *([1] * (out.dim() - sel.dim())))
-        tensors = [leaf for leaf, shared in self.leaves if not (per_sequence and shared)]
+        tensors = [leaf for leaf, _ in self.leaves]
         with torch.enable_grad():
             loss = (out * torch.where(sel, self.weights, torch.zeros_like(self.weights))).sum()
             grads = torch.autograd.grad(loss, tensors, retain_graph=True, allow_unused=True)
         self.backward_passes += 1
-        total = torch.zeros(self.B, self.T, dtype=torch.float64, device=out.device)
-        for g in grads:
+        every = torch.zeros(self.B, self.T, dtype=torch.float64, device=out.device)
+        own = torch.zeros_like(every)
+        for g, (_, shared) in zip(grads, self.leaves):
             if g is None:
                 continue
             a = g.detach().double().abs()
             a = torch.where(torch.isnan(a), torch.full_like(a, float("inf")), a)
             a = a.flatten(2).amax(dim=2) if a.dim() >= 3 else a  # (B or 1, T)
-            total = torch.maximum(total, a.to(total.device).expand(self.B, self.T))
-        return total
+            a = a.to(every.device).expand(self.B, self.T)
+            every = torch.maximum(every, a)
+            if not shared:
+                own = torch.maximum(own, a)
+        return every, own

@@ -767,10 +767,11 @@ def check_causal(model: Model, inputs: Tensor,
                 ask = valid & (positions <= c)[None, :]
                 if not bool(ask.any()):
                     continue
-                forbidden = padding | (positions > c)[None, :]
-                g = probe.influence(ask)
-                gradients = torch.maximum(gradients, g.masked_fill(~forbidden, 0.0).amax(dim=0))
-                if bool((g[forbidden] != 0).any()):
+                future = (positions > c)[None, :].expand(B, T)
+                g_all, g_own = probe.influences(ask)  # the padding: each sequence's own
+                g = torch.where(future, g_all, g_own.masked_fill(~padding, 0.0))
+                gradients = torch.maximum(gradients, g.amax(dim=0))
+                if bool((g != 0).any()):
                     return _causal_exact_failure(probe, c, valid, padding, positions, how,
                                                  details, gradients)
             details["gradients"] = gradients.cpu()
@@ -882,18 +883,19 @@ def _causal_exact_failure(probe: Any, c: int, valid: Tensor, padding: Tensor,
         ask = valid & (positions == t)[None, :]
         if not bool(ask.any()):
             continue
-        g_t = probe.influence(ask)
-        future = (positions > t)[None, :].expand_as(g_t)
-        if bool((g_t[future] != 0).any()):
-            p, g = t, g_t.masked_fill(~future, 0.0)
+        g_all, g_own = probe.influences(ask)
+        future = (positions > t)[None, :].expand_as(g_all)
+        if bool((g_all[future] != 0).any()):
+            p, g = t, g_all.masked_fill(~future, 0.0)
             break
-        if bool((g_t[padding] != 0).any()):
-            p, g, kind = t, g_t.masked_fill(~padding, 0.0), "padding"
+        if bool((g_own[padding] != 0).any()):
+            p, g, kind = t, g_own.masked_fill(~padding, 0.0), "padding"
             break
     if p is None:  # not found among the first 64: report the cut
         ask = valid & (positions <= c)[None, :]
-        forbidden = padding | (positions > c)[None, :]
-        g = probe.influence(ask).masked_fill(~forbidden, 0.0)
+        future = (positions > c)[None, :].expand_as(padding)
+        g_all, g_own = probe.influences(ask)
+        g = torch.where(future, g_all, g_own.masked_fill(~padding, 0.0))
     per_position = g.amax(dim=0).cpu()  # (T,)
     reads = per_position.nonzero().flatten().tolist()
     largest = float(per_position.max())
