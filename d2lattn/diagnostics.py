@@ -256,6 +256,10 @@ class _Held:
         self.saved: List[Tuple[Tensor, Tensor]] = []
         self.grads: List[Tuple[Tensor, Optional[Tensor]]] = []
         self._tensors: set = set()
+        # (module, attribute name, the object it held): a module that reassigns a buffer or
+        # a Parameter (``self.steps = self.steps + 1``) gets the original object back
+        self.slots: List[Tuple[nn.Module, str, Any]] = []
+        self.buffers: List[Tuple[Tensor, Tensor]] = []  # reset before every run
 
     def hold(self, module: nn.Module) -> None:
         """Save the state of ``module`` and its submodules, then set their mode."""
@@ -267,11 +271,15 @@ class _Held:
                 continue
             self.ids.add(id(m))
             self.flags.append((m, m.training))
+            for key, t in list(m._parameters.items()) + list(m._buffers.items()):
+                self.slots.append((m, key, t))
             for t in list(m.parameters(recurse=False)) + list(m.buffers(recurse=False)):
-                if t is None or id(t) in self._tensors:
+                if t is None or id(t) in self._tensors or _is_lazy(t):
                     continue
                 self._tensors.add(id(t))
                 self.saved.append((t, t.detach().clone()))
+                if not isinstance(t, nn.Parameter):
+                    self.buffers.append(self.saved[-1])
                 if isinstance(t, nn.Parameter):
                     self.grads.append((t, None if t.grad is None else t.grad.detach().clone()))
         module.train(self.mode == "train")
@@ -282,7 +290,23 @@ class _Held:
             return f"{dtype} inputs, {self.mode} mode, seed {seed}"
         return f"{dtype} inputs, no nn.Module called so no mode set, seed {seed}"
 
+    def reset_buffers(self) -> None:
+        """Put back the buffers and attributes a run changed (a step counter), so that every
+        run of the model starts from the state the check found."""
+        self._put_back_slots()
+        with torch.no_grad():
+            for t, copy in self.buffers:
+                if t.shape == copy.shape and not torch.equal(t, copy):
+                    t.copy_(copy)
+
+    def _put_back_slots(self) -> None:
+        for m, key, t in self.slots:
+            table = m._parameters if key in m._parameters else m._buffers
+            if key in table and table[key] is not t and not _is_lazy(t):
+                table[key] = t
+
     def restore(self) -> None:
+        self._put_back_slots()
         with torch.no_grad():
             for t, copy in self.saved:
                 if t.shape == copy.shape and not torch.equal(t, copy):
@@ -294,6 +318,9 @@ class _Held:
                 p.grad = g
         for m, training in self.flags:
             m.training = training
+
+
+_ACTIVE: List[_Held] = []  # the checks running now (a runner resets their buffers)
 
 
 @contextlib.contextmanager
@@ -313,14 +340,21 @@ def _held_still(module: Optional[nn.Module], mode: str, device: torch.device) ->
     if device.type == "cuda":
         devices = [device.index if device.index is not None else torch.cuda.current_device()]
     numpy_state, python_state = np.random.get_state(), random.getstate()
+    _ACTIVE.append(held)
     try:
         with torch.random.fork_rng(devices=devices):
             yield held
     finally:
+        _ACTIVE.remove(held)
         handle.remove()
         held.restore()
         np.random.set_state(numpy_state)
         random.setstate(python_state)
+
+
+def _is_lazy(t: Any) -> bool:
+    """An ``nn.LazyLinear``'s parameter before its first call (no shape to save yet)."""
+    return isinstance(t, nn.parameter.UninitializedTensorMixin)
 
 
 def _copy(value: Any) -> Any:
@@ -352,12 +386,18 @@ def _select(out: Any, output: Output) -> Any:
 
 def _runner(model: Model, seed: int, B: Optional[int] = None, *, input_name: Optional[str] = None,
             kwargs: Optional[Mapping[str, Any]] = None,
-            output: Output = None) -> Callable[..., Tensor]:
+            output: Output = None, reset: bool = True) -> Callable[..., Tensor]:
     """``run(x, *args, **keywords)``: call the model on fresh copies of its arguments with every
-    generator reseeded; return its output tensor, checked to have ``x.shape[0]`` sequences."""
+    generator reseeded (and, with ``reset``, the buffers of the modules held put back as the
+    check found them: a step counter counts from the same step in every run); return its
+    output tensor, checked to have ``x.shape[0]`` sequences. ``run.samples`` turns True when
+    a call drew from torch's CPU generator (a model that samples)."""
 
     def run(x: Tensor, *args: Any, **keywords: Any) -> Tensor:
+        if reset and _ACTIVE:
+            _ACTIVE[-1].reset_buffers()
         torch.manual_seed(seed)  # the CPU and every CUDA device
+        state = torch.get_rng_state()
         np.random.seed(seed % 2**32)
         random.seed(seed)
         extra = {k: _copy(v) for k, v in (kwargs or {}).items()}
@@ -367,12 +407,15 @@ def _runner(model: Model, seed: int, B: Optional[int] = None, *, input_name: Opt
         else:
             out = model(*map(_copy, args), **{input_name: _copy(x)}, **extra)
         out = _select(out, output)
+        if not torch.equal(torch.get_rng_state(), state):
+            run.samples = True  # type: ignore[attr-defined]
         n = x.shape[0]
         if not isinstance(out, Tensor) or out.dim() < 1 or out.shape[0] != n:
             got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
             raise ValueError(f"model must return a tensor of shape (B = {n}, ...), got {got}")
         return out
 
+    run.samples = False  # type: ignore[attr-defined]
     return run
 
 
@@ -797,7 +840,8 @@ def check_causal(model: Model, inputs: Tensor,
             # 4. the length: run the first c + 1 positions alone
             prefix_dev: Optional[Tensor] = None
             prefix_first: Optional[Tuple[int, int]] = None  # (length, position)
-            if not leaking and prefix:
+            sampled_skip = bool(run.samples) and prefix  # type: ignore[attr-defined]
+            if not leaking and prefix and not sampled_skip:
                 prefix_dev = torch.zeros(B, len(cuts), dtype=torch.float64, device=device)
                 prefix_tol = torch.zeros_like(prefix_dev)
                 for i, c in enumerate(cuts):
@@ -846,8 +890,11 @@ def check_causal(model: Model, inputs: Tensor,
             f"{len(cuts)} positions t of {T}"
         padded = "" if valid_lens is None else \
             f" ({int(padding.sum())} padded positions, padding on the {padding_side})"
+        skipped = (" The model draws random numbers (the same generator state in every run, "
+                   "but draws that depend on the tensor's shape), so the length test, whose "
+                   "runs are shorter, was skipped." if sampled_skip else "")
         message = (f"{exact_words}For {where}{padded}, {tested}; "
-                   f"{_largest(all_dev.cpu(), all_tol.cpu(), how)}.")
+                   f"{_largest(all_dev.cpu(), all_tol.cpu(), how)}.{skipped}")
         return CheckResult(name, True, message, largest, tol_there, None, details)
     _, largest, tol_there = _nearest(dev, tol[:, :-1])
     p = leaking[0]
@@ -1074,7 +1121,12 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
     alone_ids = [b for b in range(B) if 0 < int(lens[b]) < T]
     with _held_still(_find_module(model, module), mode, inputs.device) as held, torch.no_grad():
         reference = call(inputs, valid_lens)
-        alone = {b: call(inputs[b:b + 1, :int(lens[b])], valid_lens[b:b + 1]) for b in alone_ids}
+        alone = {}
+        for b in alone_ids:
+            alone[b] = call(inputs[b:b + 1, :int(lens[b])], valid_lens[b:b + 1])
+            if run.samples and exact:  # type: ignore[attr-defined]
+                alone = {}  # draws depend on the shape: the gradient test speaks instead
+                break
         if pooled is None:  # read the outputs' shapes
             shapes = {tuple(out.shape[1:]) for out in alone.values()}
             if not alone:
@@ -1323,14 +1375,16 @@ def check_batch_independence(model: Model, inputs: Tensor,
                                         "sequence": b, "reads": read, "exact": True})
         del probe
         dev = torch.zeros_like(tol)
-        for b in range(B):
+        samples = bool(run.samples)  # type: ignore[attr-defined]
+        for b in range(0 if samples and exact_ran is True else B):
             dev[b] = _deviations(call(slice(b, b + 1)), reference[b:b + 1], time_axis, scale)[0]
         # the batch shuffled: a model that sorts its batch must put it back
         order = _derangement(B, torch.Generator().manual_seed(seed))
-        shuffled = _deviations(call(order.to(inputs.device)), reference[order.to(tol.device)],
-                               time_axis, scale)
         shuffle_dev = torch.zeros_like(tol)
-        shuffle_dev[order.to(tol.device)] = shuffled
+        if not (samples and exact_ran is True):
+            shuffled = _deviations(call(order.to(inputs.device)),
+                                   reference[order.to(tol.device)], time_axis, scale)
+            shuffle_dev[order.to(tol.device)] = shuffled
         shuffle_dev = shuffle_dev.masked_fill(~valid, 0.0)
         dev = dev.masked_fill(~valid, 0.0)
         shuffle_only = bool((shuffle_dev > tol).any()) and not bool((dev > tol).any())
@@ -1351,9 +1405,14 @@ def check_batch_independence(model: Model, inputs: Tensor,
                      f"other sequence is exactly 0. ")
         elif isinstance(exact_ran, str):
             words = f"The gradient test could not run ({exact_ran}). "
-        message = (f"{words}Each of the {B} sequences run alone, and in the shuffled batch, "
-                   f"gave the outputs it has in the batch; "
-                   f"{_largest(dev[valid], tol[valid], how)}.")
+        if samples and exact_ran is True:
+            message = (f"{words}The model draws random numbers, whose values depend on the "
+                       f"batch's shape and order, so the runs alone and shuffled were "
+                       f"skipped ({how}).")
+        else:
+            message = (f"{words}Each of the {B} sequences run alone, and in the shuffled "
+                       f"batch, gave the outputs it has in the batch; "
+                       f"{_largest(dev[valid], tol[valid], how)}.")
         return CheckResult(name, True, message, largest, tol_there, None, details)
     b = int(moved.flatten(1).any(dim=1).nonzero()[0]) if moved.dim() == 2 else \
         int(moved.nonzero()[0])
@@ -1374,12 +1433,19 @@ def check_batch_independence(model: Model, inputs: Tensor,
     return CheckResult(name, False, message, largest, tol_there, p, {**details, "sequence": b})
 
 
+def _is_cyclic_shift(perm: Tensor) -> bool:
+    """``perm`` is ``(i + k) mod T`` for some k: a circular convolution commutes with it."""
+    T = perm.numel()
+    return bool(((perm - perm[0]) % T == torch.arange(T)).all())
+
+
 def _derangement(T: int, generator: torch.Generator) -> Tensor:
-    """A random permutation of ``range(T)`` that moves every position (T >= 2)."""
+    """A random permutation of ``range(T)`` that moves every position (T >= 2) and, for
+    T >= 4, is not a cyclic shift (every derangement of 2 or 3 positions is one)."""
     identity = torch.arange(T)
     while True:  # about e = 2.7 draws on average
         perm = torch.randperm(T, generator=generator)
-        if not bool((perm == identity).any()):
+        if not bool((perm == identity).any()) and not (T >= 4 and _is_cyclic_shift(perm)):
             return perm
 
 
@@ -1408,7 +1474,11 @@ def check_permutation_equivariance(model: Model, inputs: Tensor, *, mode: str = 
             ``mode="train"`` a dropout mask is drawn for positions, not for inputs, so it does
             not move with the permutation: dropout makes this check fail in training mode.
         num_permutations: keyword-only; how many derangements to try (default 2, at least 1).
-            A permutation that leaves a position in place would not test it.
+            A permutation that leaves a position in place would not test it; for T >= 4 none
+            is a cyclic shift (a circular convolution commutes with those), and for T = 3,
+            where every derangement is one, a swap of positions 0 and 1 is added. Outputs of
+            shape ``(B, T, T, ...)`` (pairwise, for inputs whose feature size is not T) are
+            permuted on both position axes.
         input_name, kwargs, output: keyword-only; as in :func:`check_causal`.
 
     Returns:
@@ -1440,15 +1510,21 @@ def check_permutation_equivariance(model: Model, inputs: Tensor, *, mode: str = 
     name = "check_permutation_equivariance"
     generator = torch.Generator().manual_seed(seed)
     perms = [_derangement(T, generator) for _ in range(num_permutations)]
+    if T == 3:  # every derangement of 3 is a cyclic shift: add a swap, which is not
+        perms.append(torch.tensor([1, 0, 2]))
     run = _runner(model, seed, B, input_name=input_name, kwargs=kwargs, output=output)
     with _held_still(_find_module(model, module), mode, inputs.device) as held, torch.no_grad():
         reference, tol, scale, failed = _reference_run(run, (inputs,), B, T, name, tolerance)
         if failed is not None:
             return failed
         devs, tols = [], []
+        # pairwise outputs (B, T, T, ...) are permuted on every position axis
+        pairwise = (reference.dim() >= 3 and reference.shape[2] == T
+                    and (inputs.dim() == 2 or inputs.shape[2] != T))
         for perm in perms:
             index = perm.to(inputs.device)
-            devs.append(_deviations(run(inputs[:, index]), reference[:, index], scale=scale))  # (B, T)
+            expected = reference[:, index][:, :, index] if pairwise else reference[:, index]
+            devs.append(_deviations(run(inputs[:, index]), expected, scale=scale))  # (B, T)
             tols.append(tol[:, index])
         how = held.describe(inputs.dtype, seed)
     dev, tol = torch.stack(devs).cpu(), torch.stack(tols).cpu()  # (P, B, T)
@@ -1534,12 +1610,13 @@ def check_kv_cache(model: Model, inputs: Tensor, new_cache: Callable[[], Any], *
     if isinstance(prompt_len, bool) or not isinstance(prompt_len, int) or not 1 <= prompt_len < T:
         raise ValueError(f"prompt_len must be an integer in [1, T) = [1, {T}), got {prompt_len!r}")
     name = "check_kv_cache"
-    run = _runner(model, seed, B, output=output)
+    run = _runner(model, seed, B, output=output, reset=False)  # a cache may live in buffers
     with _held_still(_find_module(model, module), mode, inputs.device) as held, torch.no_grad():
         reference, tol, scale, failed = _reference_run(run, (inputs, None), B, T, name, tolerance,
                                                 "The outputs without a cache")
         if failed is not None:
             return failed
+        held.reset_buffers()
         cache = new_cache()
         pieces = []
         for start, stop in [(0, prompt_len)] + [(t, t + 1) for t in range(prompt_len, T)]:
@@ -1693,7 +1770,8 @@ def check_attention_weights(weights: Tensor, mask: Optional[Tensor] = None, *,
         weights: ``(..., Q, K)`` floats, e.g. ``MultiHeadAttention.attention_weights``.
         mask: optional bool tensor broadcastable to ``weights``, True = may attend.
         tolerance: keyword-only; the allowed error of a row sum and of a negative weight, and
-            then also the largest weight allowed on a masked key (default: as above).
+            then also the largest total weight allowed on a row's masked keys (default: as
+            above; a total, so that many masked keys cannot each hold a little).
 
     Returns:
         :class:`CheckResult`; ``first_position`` is the flat index of the first bad row
@@ -1737,7 +1815,7 @@ def check_attention_weights(weights: Tensor, mask: Optional[Tensor] = None, *,
     problems: List[Tuple[Tensor, str]] = [
         ((~torch.isfinite(w)).any(dim=-1), "is not finite (NaN or inf)"),
         ((w < -tol).any(dim=-1), "has a negative weight"),
-        (((w.abs() > masked_tol) & ~keep).any(dim=-1), "gives weight to a masked key"),
+        ((w.abs() * (~keep).double()).sum(dim=-1) > masked_tol, "gives weight to a masked key"),
     ]
     error = (sums - expected).abs()
     error = torch.where(torch.isnan(error), torch.full_like(error, math.inf), error)

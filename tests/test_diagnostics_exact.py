@@ -234,3 +234,78 @@ def test_check_causal_calls_the_model_a_fixed_number_of_times():
         assert check_causal(model, seeded(T=length, B=2))
         # 1 reference + 1 with gradients + 8 cuts changed + 8 prefixes (was 2 T)
         assert len(calls) == 18, (length, len(calls))
+
+
+# --- permutations, weights, state, randomness ---------------------------------------------------
+
+def circular_convolution(x):
+    """Equivariant to cyclic shifts only: y_t = x_t + 2 x_{t-1} (indices mod T)."""
+    return x + 2 * x.roll(1, dims=1)
+
+
+@pytest.mark.parametrize("length", [3, 6])
+def test_circular_convolution_is_not_permutation_equivariant(length):
+    for seed in range(5):
+        result = check_permutation_equivariance(circular_convolution, seeded(T=length), seed=seed)
+        assert not result.passed, (seed, result.message)
+
+
+def test_pairwise_outputs_are_permuted_on_both_axes():
+    def scores(x):  # (B, T, T): equivariant when both axes are permuted
+        return x @ x.transpose(1, 2)
+
+    assert check_permutation_equivariance(scores, seeded())
+    assert not check_permutation_equivariance(lambda x: scores(x).cumsum(dim=2), seeded())
+
+
+def test_attention_weights_tolerance_cannot_hide_masked_weight():
+    from d2lattn.diagnostics import check_attention_weights
+    K = 1000
+    mask = torch.zeros(1, 1, K, dtype=torch.bool)
+    mask[..., :10] = True
+    w = torch.full((1, 1, K), 0.92 / (K - 10))
+    w[..., :10] = 0.008  # 8% on the 10 keys it may attend to, 92% on the masked ones
+    result = check_attention_weights(w, mask, tolerance=1e-3)
+    assert not result.passed and "masked key" in result.message, result.message
+
+
+class Counter(nn.Module):
+    """Reassigns its step buffer and a Parameter in training mode; the output grows with
+    the step (a warm-up), so each run sees another step unless the state is put back."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("step", torch.zeros(()))
+        self.scale = nn.Parameter(torch.ones(()))
+
+    def forward(self, x):
+        if self.training:
+            self.step = self.step + 1  # a new tensor, not an in-place change
+            self.scale = nn.Parameter(self.scale.detach() * 1.0)
+        return x.cumsum(dim=1) * self.scale * (1 + self.step)
+
+
+def test_reassigned_buffers_and_parameters_are_restored_and_raise_no_alarm():
+    model = Counter().train()
+    step, scale = model.step, model.scale
+    result = check_causal(model, seeded(), mode="train")
+    assert result.passed, result.message
+    assert model.step is step and float(model.step) == 0 and model.scale is scale
+
+
+def test_lazy_modules_are_materialised_not_a_crash():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.LazyLinear(8), nn.ReLU(), nn.LazyLinear(4))
+    assert check_batch_independence(model, seeded())
+    assert not check_batch_independence(lambda x: model(x) + model(x).mean(0), seeded())
+
+
+def test_model_that_samples_raises_no_false_alarm():
+    block = Attention()
+
+    def noisy(x):  # draws depend on the tensor's shape
+        return block(x) + 0.1 * torch.randn_like(x)
+
+    assert check_causal(noisy, seeded()), check_causal(noisy, seeded()).message
+    assert check_batch_independence(noisy, seeded())
+    assert not check_causal(lambda x: noisy(x) + x.flip(1), seeded())
