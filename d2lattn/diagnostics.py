@@ -41,18 +41,32 @@ How the checks keep out of the way (the same for all of them):
   train/eval flag of every submodule of every module held are as the check found them; the
   generators' states (torch's on the CPU and on the inputs' CUDA device, numpy's, Python's)
   are restored. Every call gets fresh copies of the inputs, so a model that writes into its
-  input changes neither the caller's tensors nor the next run. The model runs under
-  ``torch.no_grad()`` (``check_finite`` computes gradients with ``torch.autograd.grad``, which
-  accumulates nothing into ``.grad``).
-- **Tolerance suited to the dtype, position by position.** Two outputs at a position agree
-  when they differ by at most ``rtol * max(1, s)``, where ``s`` is the largest finite
-  ``|output|`` of the reference run *at that position* (so a sentinel such as ``-1e9`` at one
-  position widens no other position's tolerance), with ``rtol`` 1e-10 in float64, 1e-5 in
+  input changes neither the caller's tensors nor the next run. Buffers a run changed (a step
+  counter) are put back before the next run, and a buffer or Parameter that a module
+  *reassigns* gets its original object back. Gradients are taken with
+  ``torch.autograd.grad``, which accumulates nothing into ``.grad``. Lazy modules
+  (``nn.LazyLinear``) are materialised by the first run and stay so.
+- **Tolerance suited to the dtype, the precision and each feature.** Two outputs agree when
+  each feature differs by at most ``rtol * (|y| + s)``, where ``|y|`` is that feature's size in
+  the reference run and ``s`` the median size of all its finite outputs (so that a sentinel
+  such as ``-1e9``, or a banned logit's ``finfo.min``, widens no other feature's tolerance, and
+  outputs of size 1e-6 get a tolerance of their size), with ``rtol`` 1e-10 in float64, 1e-5 in
   float32, 2e-3 in float16 and 1.6e-2 in bfloat16 (the last two after torch.testing's
-  defaults); integer outputs must be equal. ``tolerance=`` sets one absolute tolerance instead.
+  defaults); in float32 under ``torch.set_float32_matmul_precision("high")`` (TF32) 5e-3, and
+  under ``"medium"`` 4e-2. A deviation is reported in units of a typical feature: the change of
+  a feature of size ``|y|`` counts ``s / (|y| + s)`` of itself. Integer outputs must be equal.
+  ``tolerance=`` sets one absolute tolerance instead. Equal values (infinities too) differ by 0;
   NaN or an infinity in a changed run where the reference is finite counts as an infinite
-  deviation. A leak in a model at initialisation moves outputs by a fair fraction of their
-  size, far above these tolerances.
+  deviation; NaN in the reference fails the check (an infinity there is compared like a value).
+- **Exact where the model is differentiable.** ``check_causal``, ``check_padding`` and
+  ``check_batch_independence`` first run the model with gradients enabled as well as under
+  ``no_grad`` (the two must agree), then demand that the gradient of the outputs that must not
+  depend on an input be *exactly* zero there (see :mod:`d2lattn._jacobian`): no tolerance, so a
+  leak of any size fails and rounding cannot raise a false alarm. The perturbation tests stay
+  for what gradients cannot see (argmax, integer paths, NaN, the length).
+- **Models that sample.** A model that draws random numbers gets the same generator state in
+  every run; where its draws depend on the tensor's shape, the tests whose runs have another
+  shape (prefixes, sequences alone, a shuffled batch) are skipped and the gradient test speaks.
 
 **Calling the model.** By default the inputs are the model's first positional argument and
 its output is a tensor or a tuple whose first element is one (``(logits, loss)``). Options
@@ -66,7 +80,9 @@ keyword, a ``(B, T)`` int64 mask of 1 (valid) and 0 (padding), Hugging Face's co
 instead of ``valid_lens`` as the second positional argument.
 
 **What a pass means.** A check tests the model on the inputs it is given, with the changes it
-makes: a pass says that those changes moved nothing beyond the tolerance. It does not prove the
+makes: a pass says that the gradients it asked for were exactly zero (where the model is
+differentiable; each check's docstring says which it samples) and that those changes moved
+nothing beyond the tolerance. It does not prove the
 property for other inputs, lengths, dtypes or modes: a leak that appears only for sequences
 longer than the example, for some tokens, or only in training mode needs inputs (and a mode)
 that reach it.
