@@ -1568,7 +1568,7 @@ def check_permutation_equivariance(model: Model, inputs: Tensor, *, mode: str = 
 def check_kv_cache(model: Model, inputs: Tensor, new_cache: Callable[[], Any], *,
                    prompt_len: int = 1, mode: str = "eval", tolerance: Optional[float] = None,
                    seed: int = 0, module: Optional[nn.Module] = None,
-                   output: Output = None) -> CheckResult:
+                   output: Output = None, chunks: bool = True) -> CheckResult:
     """Check that decoding with a KV cache gives the outputs of recomputing every prefix.
 
     The reference is one call without a cache, ``model(inputs, None)``. The cached run starts
@@ -1577,7 +1577,12 @@ def check_kv_cache(model: Model, inputs: Tensor, new_cache: Callable[[], Any], *
     ``model(inputs[:, t:t+1], cache)``, and concatenates the outputs along the positions. A
     correct cache gives the same ``(B, T, ...)`` outputs; a cache that forgets the position
     offset, a causal mask aligned to the wrong corner for the single new query, or keys
-    appended twice, does not, and the message names the first step that differs.
+    appended twice, does not, and the message names the first step that differs. With
+    ``chunks`` (default) a second cached run feeds the same prompt, then chunks of 2 and 3
+    positions in turn (the last one shorter if need be), each appended to a non-empty cache at
+    another offset, as chunked prefill, speculative decoding and a chat's second turn do: a
+    cache that sets ``is_causal = T_new > 1`` (a mask from the wrong corner for a chunk), or
+    that counts calls rather than positions, fails it.
 
     In ``mode="train"``, dropout is on: the cached run calls the model on chunks of other
     shapes than the one uncached call, so dropout draws other masks and a model with dropout
@@ -1597,6 +1602,8 @@ def check_kv_cache(model: Model, inputs: Tensor, new_cache: Callable[[], Any], *
             < T``.
         mode, tolerance, seed, module, output: keyword-only; as in :func:`check_causal` (see
             above for ``mode="train"``).
+        chunks: keyword-only; also run the cache with chunks of 2 and 3 positions (default
+            True; pass False for a model that decodes one position at a time only).
 
     Returns:
         :class:`CheckResult`; ``first_position`` is the first position whose cached output
@@ -1632,22 +1639,53 @@ def check_kv_cache(model: Model, inputs: Tensor, new_cache: Callable[[], Any], *
                                                 "The outputs without a cache")
         if failed is not None:
             return failed
-        held.reset_buffers()
-        cache = new_cache()
-        pieces = []
-        for start, stop in [(0, prompt_len)] + [(t, t + 1) for t in range(prompt_len, T)]:
-            piece = run(inputs[:, start:stop], cache)
-            _check_time_axis(piece, B, stop - start, f"check_kv_cache (positions {start}-{stop - 1})")
-            pieces.append(piece)
-        cached = torch.cat(pieces, dim=1)
+        def cached_run(spans: List[Tuple[int, int]]) -> Tensor:
+            held.reset_buffers()
+            cache = new_cache()
+            pieces = []
+            for start, stop in spans:
+                piece = run(inputs[:, start:stop], cache)
+                _check_time_axis(piece, B, stop - start,
+                                 f"check_kv_cache (positions {start}-{stop - 1})")
+                pieces.append(piece)
+            return torch.cat(pieces, dim=1)
+
+        steps = [(0, prompt_len)] + [(t, t + 1) for t in range(prompt_len, T)]
+        cached = cached_run(steps)
+        spans = [(0, prompt_len)]
+        while spans[-1][1] < T:  # chunks of 2 and 3 in turn, at several offsets
+            size = 2 if len(spans) % 2 == 1 else 3
+            spans.append((spans[-1][1], min(spans[-1][1] + size, T)))
+        chunked = cached_run(spans) if chunks and len(spans) < len(steps) else None
         how = held.describe(inputs.dtype, seed)
     dev_bt, tol = _deviations(cached, reference, scale=scale).cpu(), tol.cpu()  # (B, T)
+    if chunked is not None and not bool((dev_bt > tol).any()):
+        chunk_bt = _deviations(chunked, reference, scale=scale).cpu()
+        if bool((chunk_bt > tol).any()):
+            chunk_dev = chunk_bt.amax(dim=0)
+            p = int((chunk_bt > tol).any(dim=0).nonzero()[0])
+            k = next(i for i, (a, b) in enumerate(spans) if a <= p < b)
+            a, b = spans[k]
+            _, largest, tol_there = _nearest(chunk_bt, tol)
+            message = (f"One position at a time the cache gave the outputs of recomputation, "
+                       f"but fed in chunks it did not: the chunk of positions {a}-{b - 1}, "
+                       f"appended to a cache of {a}, differs from position {p} on by "
+                       f"{_against(float(chunk_dev[p]), float(tol[:, p].min()))}. A chunk of "
+                       f"several new queries needs the causal mask aligned to the end of the "
+                       f"keys (not is_causal = T_new > 1 from the top-left corner) and "
+                       f"positions counted by tokens, not by calls ({how}).")
+            return CheckResult(name, False, message, largest, tol_there, p,
+                               {"deviations": chunk_dev, "chunks": spans})
+        dev_bt = torch.maximum(dev_bt, chunk_bt)
     dev = dev_bt.amax(dim=0)  # (T,)
     _, largest, tol_there = _nearest(dev_bt, tol)
     differs = (dev_bt > tol).any(dim=0).nonzero().flatten().tolist()
     if not differs:
-        message = (f"A prompt of {prompt_len} and {T - prompt_len} cached steps of one position "
-                   f"gave the outputs of the uncached run; {_largest(dev_bt, tol, how)}.")
+        again = ("" if chunked is None else
+                 f", and again in {len(spans) - 1} chunks of 2 and 3 positions,")
+        message = (f"A prompt of {prompt_len} and {T - prompt_len} cached steps of one position"
+                   f"{again} gave the outputs of the uncached run; "
+                   f"{_largest(dev_bt, tol, how)}.")
         return CheckResult(name, True, message, largest, tol_there, None, {"deviations": dev})
     p = differs[0]
     at = "in the prompt" if p < prompt_len else f"at cached step {p - prompt_len + 1}"

@@ -309,3 +309,45 @@ def test_model_that_samples_raises_no_false_alarm():
     assert check_causal(noisy, seeded()), check_causal(noisy, seeded()).message
     assert check_batch_independence(noisy, seeded())
     assert not check_causal(lambda x: noisy(x) + x.flip(1), seeded())
+
+
+# --- KV caches fed in chunks --------------------------------------------------------------------
+
+class ChunkedDecoder(nn.Module):
+    """Causal attention over a cache of keys and values, with two bugs that only a chunk of
+    several positions appended to a non-empty cache shows."""
+
+    def __init__(self, bug=None, d=D):
+        super().__init__()
+        torch.manual_seed(2)
+        self.qkv, self.bug = nn.Linear(d, 3 * d), bug
+        self.pos = nn.Parameter(torch.randn(64, d))
+
+    def forward(self, x, cache):
+        cache = {} if cache is None else cache  # new_cache=dict: an empty dict
+        for key, empty in (("k", x[:, :0]), ("v", x[:, :0]), ("calls", 0)):
+            cache.setdefault(key, empty)
+        start = cache["calls"] if self.bug == "calls" else cache["k"].shape[1]
+        x = x + self.pos[start:start + x.shape[1]]
+        q, k, v = self.qkv(x).split(x.shape[-1], dim=2)
+        cache["k"] = k = torch.cat([cache["k"], k], dim=1)
+        cache["v"] = v = torch.cat([cache["v"], v], dim=1)
+        cache["calls"] += 1
+        T_new, K = q.shape[1], k.shape[1]
+        if self.bug == "top-left":  # is_causal = T_new > 1: the mask from the top-left corner
+            return F.scaled_dot_product_attention(q, k, v, is_causal=T_new > 1)
+        allowed = torch.ones(T_new, K, dtype=torch.bool).tril(diagonal=K - T_new)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+
+
+@pytest.mark.parametrize("bug", [None, "top-left", "calls"])
+def test_kv_cache_chunks_appended_to_a_non_empty_cache(bug):
+    from d2lattn.diagnostics import check_kv_cache
+    model = ChunkedDecoder(bug)
+    result = check_kv_cache(model, seeded(T=10), dict)
+    if bug is None:
+        assert result.passed, result.message
+    else:
+        assert not result.passed and "chunk" in text(result), result.message
+        # one position at a time after the prompt, both bugs pass unseen
+        assert check_kv_cache(model, seeded(T=10), dict, chunks=False)
