@@ -351,3 +351,20 @@ def test_kv_cache_chunks_appended_to_a_non_empty_cache(bug):
         assert not result.passed and "chunk" in text(result), result.message
         # one position at a time after the prompt, both bugs pass unseen
         assert check_kv_cache(model, seeded(T=10), dict, chunks=False)
+
+
+def fft_causal_convolution(x, kernel):
+    """y_t = sum_j kernel_j x_{t-j}, by the convolution theorem (zero padded)."""
+    T, n = x.shape[1], 2 * x.shape[1] + kernel.numel()
+    X = torch.fft.rfft(x, n=n, dim=1)
+    K = torch.fft.rfft(kernel.to(x.dtype), n=n)[None, :, None]
+    return torch.fft.irfft(X * K, n=n, dim=1)[:, :T]
+
+
+def test_fft_causal_convolution_in_float64_passes_the_exact_test():
+    kernel = torch.randn(5, generator=torch.Generator().manual_seed(0))
+    X = seeded().double()
+    result = check_causal(lambda x: fft_causal_convolution(x, kernel), X)
+    assert result.passed and result.details["exact"] is True, result.message
+    leaky = lambda x: fft_causal_convolution(x, kernel) + 1e-9 * x.flip(1)  # noqa: E731
+    assert not check_causal(leaky, X)
