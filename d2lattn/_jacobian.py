@@ -34,9 +34,6 @@ import torch
 from torch import Tensor, nn
 from torch.nn.modules.module import register_module_forward_hook
 
-__all__ = ["Probe"]
-
-
 @contextlib.contextmanager
 def _embedding_leaves(B: int, T: int) -> Iterator[List[Tuple[Tensor, bool]]]:
     """While active, the output of every ``nn.Embedding`` called with gradients enabled on a

@@ -618,7 +618,7 @@ def _padding_of(lens: Tensor, T: int, device: torch.device, padding_side: str) -
     return positions >= lens if padding_side == "right" else positions < T - lens
 
 
-def _check_mask_options(padding_side: object, mask_convention: object,
+def _validate_mask_options(padding_side: object, mask_convention: object,
                         mask_name: Optional[str]) -> None:
     if padding_side not in ("right", "left"):
         raise ValueError(f"padding_side must be 'right' or 'left', got {padding_side!r}")
@@ -757,7 +757,7 @@ def check_causal(model: Model, inputs: Tensor,
     _check_vocab(inputs, vocab_size)
     _check_prefix(prefix)
     _check_call(input_name, mask_name, kwargs, output)
-    _check_mask_options(padding_side, mask_convention, mask_name)
+    _validate_mask_options(padding_side, mask_convention, mask_name)
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
         raise ValueError(f"samples must be an int >= 1, got {samples!r}")
     if not isinstance(exact, bool):
