@@ -730,8 +730,9 @@ def check_causal(model: Model, inputs: Tensor,
         ``details["exact"]`` whether the gradient test ran (or why not, a string),
         ``details["gradients"]`` (when it ran) the ``(T,)`` largest gradient at each input
         position after a cut (all 0 on a pass; on its failure, that of the first leaking
-        position, whose entry of ``details["deviations"]`` then holds the largest), ``details["prefix_deviations"]`` (when the
-        length test ran) the largest change of the run on the first c + 1 positions, per cut.
+        position, whose entry of ``details["deviations"]`` then holds the largest),
+        ``details["prefix_deviations"]`` (when the length test ran) the largest change of the
+        run on the first c + 1 positions, per cut.
 
     Raises:
         ValueError: ``model`` not callable; ``inputs`` not ``(B, T, ...)`` float or integer
