@@ -150,7 +150,8 @@ def test_causal_bugs_fail(name):
     result = check_causal(model, seeded(), **kwargs)
     assert not result.passed and not bool(result), result.message
     assert result.first_position == first
-    assert f"position {first} changed by" in result.message
+    assert (f"position {first} changed by" in result.message
+            or f"position {first} has a non-zero gradient" in result.message)
     if reads is not None:
         assert result.details["reads"] == reads
     assert result.max_deviation > 100 * result.tolerance  # far above the tolerance
@@ -232,7 +233,8 @@ def test_padding_messages():
     assert per_position.details["sequence"] == 1 and per_position.first_position == 0
     assert "valid position 0 of sequence 1 (valid length 4)" in per_position.message
     pooled = check_padding(padding_bugs()["pooling over padding"], seeded(), LENS)
-    assert "pooled output of sequence 1" in pooled.message and "reads the padding" in pooled.message
+    text = " ".join(pooled.message.split())  # the message is wrapped at 88 characters
+    assert "pooled output of sequence 1" in text and "reads the padding" in text
     assert pooled.details["deviations"][0] == 0  # sequence 0 has no padding
 
 

@@ -362,7 +362,8 @@ def test_passes_report_their_largest_deviation():
         assert "the largest deviation is" in " ".join(result.message.split()), result.message
         assert 0 <= result.max_deviation <= result.tolerance
     # a near miss shows: a deviation just under the tolerance is reported as such
-    near = check_causal(lambda X: X + 0.5e-5 * X.flip(1).cumsum(dim=1).tanh(), X)
+    # (exact=False: the gradient test finds this leak of 5e-6, as it should; issue 50)
+    near = check_causal(lambda X: X + 0.3e-5 * X.flip(1).cumsum(dim=1).tanh(), X, exact=False)
     assert near.passed and near.max_deviation > 0.1 * near.tolerance, near.message
 
 
