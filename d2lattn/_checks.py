@@ -852,6 +852,24 @@ def check_finite_gradients(model: torch.nn.Module, step: int) -> None:
                                  f"or inf); no update was made")
 
 
+def check_local_inputs(X: object, positions: object, neighbours: object, d: int,
+                       k: int) -> None:
+    """The inputs of a layer over each point's neighbours (d2lattn.pointcloud): ``X``
+    ``(B, N, d)``, ``positions`` ``(B, N, 3)``, ``neighbours`` ``None`` or ``(B, N, k)``."""
+    if not isinstance(X, Tensor) or X.dim() != 3 or X.shape[-1] != d:
+        raise ValueError(f"X must have shape (B, N, {d}), got "
+                         f"{getattr(X, 'shape', type(X).__name__)}")
+    if (not isinstance(positions, Tensor) or positions.shape[:2] != X.shape[:2]
+            or positions.shape[-1] != 3):
+        raise ValueError(f"positions must have shape (B, N, 3) = {(*X.shape[:2], 3)}, got "
+                         f"{getattr(positions, 'shape', type(positions).__name__)}")
+    if neighbours is not None and (not isinstance(neighbours, Tensor)
+                                   or neighbours.shape != (*X.shape[:2], k)):
+        got = (tuple(neighbours.shape) if isinstance(neighbours, Tensor)
+               else type(neighbours).__name__)
+        raise ValueError(f"neighbours must have shape {(*X.shape[:2], k)}, got {got}")
+
+
 def check_temperature(temperature: object, *, allow_zero: bool = False) -> None:
     """Raise ``ValueError`` unless ``temperature`` is a positive finite number, or ``0`` where
     ``allow_zero`` (greedy decoding, the limit of ever smaller temperatures) (d2lattn.gpt)."""

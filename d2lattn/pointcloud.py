@@ -28,7 +28,7 @@ from typing import NamedTuple, Optional, Sequence
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_choice, check_positive_ints, check_set_lens
+from ._checks import check_choice, check_local_inputs, check_positive_ints, check_set_lens
 from .masking import valid_lens_to_mask
 from .transformer import TransformerEncoderBlock
 
@@ -381,7 +381,7 @@ class UniformNeighbourPooling(nn.Module):
                 neighbours: Optional[Tensor] = None) -> Tensor:
         """The mean over each point's neighbours: ``X`` ``(B, N, d)``, ``positions``
         ``(B, N, 3)`` -> ``(B, N, d)``; see the class docstring."""
-        neighbours = _check_local_inputs(X, positions, valid_lens, neighbours, self.num_hiddens,
+        neighbours = _local_neighbours(X, positions, valid_lens, neighbours, self.num_hiddens,
                                          self.k)
         rel = positions[:, :, None, :] - _gather(positions, neighbours)  # (B, N, k, 3)
         delta = self.position_mlp(rel)  # (B, N, k, d)
@@ -433,7 +433,7 @@ class EdgeConv(nn.Module):
                 neighbours: Optional[Tensor] = None) -> Tensor:
         """The max over each point's edges: ``X`` ``(B, N, d)``, ``positions`` ``(B, N, 3)``
         -> ``(B, N, d)``; see the class docstring."""
-        neighbours = _check_local_inputs(X, positions, valid_lens, neighbours, self.num_hiddens,
+        neighbours = _local_neighbours(X, positions, valid_lens, neighbours, self.num_hiddens,
                                          self.k)
         xi = X[:, :, None, :].expand(-1, -1, self.k, -1)  # (B, N, k, d)
         xj = _gather(X, neighbours)  # (B, N, k, d)
@@ -442,22 +442,12 @@ class EdgeConv(nn.Module):
         return edges.amax(dim=2)  # (B, N, d)
 
 
-def _check_local_inputs(X: Tensor, positions: Tensor, valid_lens: Optional[Tensor],
-                        neighbours: Optional[Tensor], d: int, k: int) -> Tensor:
-    """The checks of the neighbourhood layers; returns ``neighbours`` ``(B, N, k)``."""
-    if not isinstance(X, Tensor) or X.dim() != 3 or X.shape[-1] != d:
-        raise ValueError(f"X must have shape (B, N, {d}), got "
-                         f"{getattr(X, 'shape', type(X).__name__)}")
-    if (not isinstance(positions, Tensor) or positions.shape[:2] != X.shape[:2]
-            or positions.shape[-1] != 3):
-        raise ValueError(f"positions must have shape (B, N, 3) = {(*X.shape[:2], 3)}, got "
-                         f"{getattr(positions, 'shape', type(positions).__name__)}")
-    if neighbours is None:
-        return knn_indices(positions, k, valid_lens)  # (B, N, k)
-    if neighbours.shape != (*X.shape[:2], k):
-        raise ValueError(f"neighbours must have shape {(*X.shape[:2], k)}, got "
-                         f"{tuple(neighbours.shape)}")
-    return neighbours
+def _local_neighbours(X: Tensor, positions: Tensor, valid_lens: Optional[Tensor],
+                      neighbours: Optional[Tensor], d: int, k: int) -> Tensor:
+    """The neighbourhood layers' inputs checked; returns ``neighbours`` ``(B, N, k)``, computed
+    from the positions when not given."""
+    check_local_inputs(X, positions, neighbours, d, k)
+    return knn_indices(positions, k, valid_lens) if neighbours is None else neighbours
 
 
 class PointCloudClassifier(nn.Module):
