@@ -1738,14 +1738,19 @@ def test_the_pdf_bookmarks_land_in_their_own_chapter(site, prefix):
     assert len(numbered) == len(_toc_chapters()), [c[0] for c in chapters]
     starts = sorted(page for _, page, _ in chapters)
     wrong, untitled, count = [], [], 0
+    sampled = 0
     for title, page, sections in chapters:
         end = min([p for p in starts if p > page], default=len(reader.pages))
         for sub, at in sections:
             count += 1
             if not page <= at <= end:
                 wrong.append((title, sub, at, (page, end)))
-            elif squash(sub)[:12] not in text(at) + (text(at + 1) if at + 1 < len(reader.pages) else ""):
-                untitled.append((title, sub, at))
+            elif count % 5 == 0:  # the title on the page (text extraction is slow: a sample)
+                sampled += 1
+                head = squash(sub)[:12]
+                if head not in text(at) and not (at + 1 < len(reader.pages)
+                                                 and head in text(at + 1)):
+                    untitled.append((title, sub, at))
     assert count >= 100, count
     assert wrong == [], wrong[:10]
     # the live element of chapter 12 (its GPT) is said in print: what it is and where to run it
@@ -1755,8 +1760,12 @@ def test_the_pdf_bookmarks_land_in_their_own_chapter(site, prefix):
     lm = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(lm)
     alternative = squash(lm.PRINT_ALTERNATIVE["zh" if prefix else "en"])[:40]
-    assert any(alternative in text(i) for i in range(len(reader.pages))), alternative
-    assert len(untitled) <= count // 20, untitled[:10]  # text extraction may split a few titles
+    ch12 = [(page, end) for title, page, _ in chapters for end in
+            [min([p for p in starts if p > page], default=len(reader.pages))]
+            if re.match(r"12\. ", title)]
+    assert ch12 and any(alternative in text(i) for i in range(ch12[0][0], ch12[0][1] + 1)), \
+        alternative
+    assert len(untitled) <= sampled // 10, untitled[:10]  # extraction may split a few titles
 
 
 def _page_marks(page, reader):
@@ -1901,10 +1910,10 @@ def test_figures_keep_a_legible_size_on_a_phone(site, base_url, browser):
 
 PHONE_TABLES = """() => ({
   tables: [...document.querySelectorAll('pre.d2lattn-table-output')].map(p => {
-    const style = getComputedStyle(p), lines = p.textContent.split('\\n').filter(l => l.trim());
+    const style = getComputedStyle(p), lines = p.textContent.replace(/\\n+$/, '').split('\\n');
     const line = parseFloat(style.lineHeight) || 16;
     return {whiteSpace: style.whiteSpace, overflowX: style.overflowX,
-            rows: Math.round((p.clientHeight - parseFloat(style.paddingTop) - parseFloat(style.paddingBottom)) / line),
+            rows: Math.round((p.scrollHeight - parseFloat(style.paddingTop) - parseFloat(style.paddingBottom)) / line),
             lines: lines.length, scrolls: p.scrollWidth > p.clientWidth,
             shadow: style.backgroundAttachment.includes('local')};
   }),
