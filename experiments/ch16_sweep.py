@@ -266,7 +266,24 @@ def table(records: list[dict]) -> dict:
             **fields}
 
 
+def old_options(argv: list[str]) -> list[str]:
+    """The chapter's exercise prints the command line of before the runner
+    (``--tasks pointclouds --kinds edgeconv``): one task and one kind become ``--where``."""
+    where, rest, i = [], [], 0
+    while i < len(argv):
+        if argv[i] in ("--tasks", "--kinds") and i + 1 < len(argv):
+            if i + 2 < len(argv) and not argv[i + 2].startswith("--"):
+                raise SystemExit(f"{argv[i]} takes one value now; or use --where")
+            where.append(("task=" if argv[i] == "--tasks" else "kind=") + argv[i + 1])
+            i += 2
+        else:
+            rest.append(argv[i])
+            i += 1
+    return rest + (["--where", *where] if where else [])
+
+
 if __name__ == "__main__":  # the same as: python -m experiments run ch16_sweep ...
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.argv[1:] = old_options(sys.argv[1:])
     from experiments.runner import script
     script("ch16_sweep")

@@ -120,6 +120,16 @@ def ch16_sweep(t):
         yield config, r
 
 
+def ch12_scaling(t):
+    from experiments import ch12_scaling as m
+    assert (t["sizes"], t["steps"], t["lrs"], t["probe_steps"]) == (
+        {k: list(v) for k, v in m.SIZES.items()}, m.STEPS, m.LRS, m.PROBE_STEPS)
+    # the prediction was made once, from the sweep runs of its time: kept, never refitted
+    yield {"legacy table fields": True}, {"prediction": t["prediction"]}
+    for r in t["runs"]:
+        yield {k: r[k] for k in ("phase", "size", "lr", "steps", "seed")}, r
+
+
 def convert(name: str) -> None:
     module = runner.load(name)
     table = json.loads(module.TABLE.read_text(encoding="utf-8"))
