@@ -77,13 +77,15 @@ SEEDS = [0, 1, 2, 3, 4]
 CURVE_STEPS = 50  # the first training losses recorded in full, for the chapter's live check
 
 
-@functools.lru_cache(maxsize=1)  # the same data for every run of a worker (made from seeds)
-def point_cloud_data():
-    train = make_point_clouds(2000, seed=0, **PC_DATA)
-    test = {"test": make_point_clouds(500, seed=1, **PC_DATA)}
+@functools.lru_cache(maxsize=2)  # the same data for every run of a worker (made from seeds)
+def point_cloud_data(num_train: int = 2000, num_test: int = 500):
+    """Training clouds, the test sets (``"test"`` and ``ROBUSTNESS``'s) and the validation set
+    (the chapter's sizes by default; a smoke run asks for fewer)."""
+    train = make_point_clouds(num_train, seed=0, **PC_DATA)
+    test = {"test": make_point_clouds(num_test, seed=1, **PC_DATA)}
     for name, change in ROBUSTNESS.items():
-        test[name] = make_point_clouds(500, seed=1, **{**PC_DATA, **change})
-    return train, test, make_point_clouds(500, seed=2, **PC_DATA)  # the last: validation
+        test[name] = make_point_clouds(num_test, seed=1, **{**PC_DATA, **change})
+    return train, test, make_point_clouds(num_test, seed=2, **PC_DATA)  # the last: validation
 
 
 @torch.no_grad()
@@ -180,13 +182,14 @@ TIMING_KEYS = ("cpu_seconds",)
 
 def grid(seeds=None, smoke=False) -> list[dict]:
     """Every task's runs for each seed (default ``SEEDS``), and the baseline's nine probes
-    of seed 0 (``smoke``: one run of each task, a few steps)."""
+    of seed 0 (``smoke``: one run of each task, a few steps; 64 clouds a point-cloud set)."""
     if smoke:
         return [{"task": "graphs", "kind": "gat", "seed": 0, "steps": 5},
                 {"task": "sets", "kind": "isab", "seed": 0, "steps": 3},
-                {"task": "pointclouds", "kind": "edgeconv", "seed": 0, "steps": 3},
+                {"task": "pointclouds", "kind": "edgeconv", "seed": 0, "steps": 3,
+                 "clouds": 64},
                 {"task": "baseline", "kind": "pointnet", "seed": 0, "steps": 3,
-                 "num_hiddens": 32, "lr": 3e-3}]
+                 "num_hiddens": 32, "lr": 3e-3, "clouds": 64}]
     seeds = seeds or SEEDS
     runs = [{"task": "graphs", "kind": k, "seed": s, "steps": GRAPH_EPOCHS}
             for s in seeds for k in GraphNodeClassifier.KINDS]
@@ -227,7 +230,7 @@ def run(config: dict) -> dict:
         return run_graphs(kind, seed, steps)
     if task == "sets":
         return run_sets(kind, seed, steps, set_data())
-    data = point_cloud_data()
+    data = point_cloud_data(*[config["clouds"]] * 2) if "clouds" in config else point_cloud_data()
     if task == "pointclouds":
         return run_point_clouds(kind, seed, steps, data)
     return {**run_point_clouds(kind, seed, steps, data[:2], num_hiddens=config["num_hiddens"],
