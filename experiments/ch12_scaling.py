@@ -1,30 +1,46 @@
 """Chapter 12, when attention wins: held-out loss against compute for GPTs of five sizes.
 
-    python experiments/ch12_scaling.py                     # the whole sweep, seed 0, resumable
-    python experiments/ch12_scaling.py --phase probe       # only the learning-rate probe
-    python experiments/ch12_scaling.py --seeds 1 2 --sizes 0.8M --steps 600 1200
-    python experiments/ch12_scaling.py --device cuda       # the same runs on a GPU
-    python experiments/ch12_scaling.py --sizes 3.0M --table big.json   # a second process
-    python experiments/ch12_scaling.py --merge big.json                # ... merged after
+    python -m experiments run ch12_scaling                     # the book's 100 runs, ~5 CPU-hours
+    python -m experiments run ch12_scaling --where phase=probe # only the learning-rate probe
+    python -m experiments run ch12_scaling --where phase=sweep size=0.8M --seeds 3 4
+    python -m experiments run ch12_scaling --where phase=dropout   # the dropout phase (not run)
+    python -m experiments run ch12_scaling --device cuda       # the same runs on a GPU
+    python -m experiments table ch12_scaling --out book/data/ch12_scaling.json
 
 Chapter 12's GPT (character-level, context 128, batches of 16 windows, AdamW with a linear
 warm-up over 50 steps and a cosine decay to a tenth, gradients clipped at 1) is trained on tiny
 Shakespeare at five sizes (``SIZES``: 0.1 M to 3 M parameters outside the embeddings) and
 five budgets (``STEPS``: 150 to 2,400 optimizer steps, each run with its own cosine schedule,
 so every point of the sweep is a finished run, as in Hoffmann et al. 2022, not a point in the
-middle of a longer one). Two phases:
+middle of a longer one). The grid is four phases, each a product of its own (a config:
+``phase``, ``size``, ``lr``, ``steps``, ``seed``):
 
-* ``probe``: for each size, a short run (``PROBE_STEPS``) at each learning rate of ``LRS``
-  (and twice the highest while the highest is best, up to ``MAX_LR``; half the lowest while
-  the lowest is best, down to ``MIN_LR``), seed 0; the best one (lowest held-out bits) is that
-  size's learning rate in the sweep.
-* ``sweep``: every size x budget at its probed learning rate, for each ``--seeds``.
+* ``probe``: for each size, a short run (``PROBE_STEPS``) at each learning rate of
+  ``PROBE_LRS[size]``, seed 0: those of ``LRS``, and twice the highest while the highest was
+  best, up to ``MAX_LR``; half the lowest while the lowest was best, down to ``MIN_LR``. The
+  best one (lowest held-out bits) is that size's learning rate, ``LR[size]``. ``table``
+  refuses a finished probe whose best rate is at an edge it may still extend (then add the
+  rate it names to ``PROBE_LRS``), and runs of the other phases at another rate than the
+  probe's (then set ``LR``).
+* ``sweep``: every size x budget at its rate, seeds 0-2 (``SWEEP_SEEDS``; the book's table has
+  one seed for 1.8M and 3.0M at 600 and 1,200 steps, far from the frontier, and six for the
+  chapter's 0.8M at 2,400); ``--seeds`` gives every size x budget those seeds.
 * ``test``: the crossover predicted from the small runs, then tested. The frontier of the
   sweep runs below ``FIT_BELOW`` FLOPs (held-out bits averaged over the seeds each has; a run
   is on the frontier if no cheaper run is lower) is fitted with ``L(C) = E + A (C/1e12)^-g``;
-  the compute ``C*`` at which the fit reaches the 6-gram's bits is the prediction, written to
-  the table once (``"prediction"``) and never refitted. The test trains the largest size on
-  that frontier for the steps that spend ``C*`` (same learning rate), for each ``--seeds``.
+  the compute ``C*`` at which the fit reaches the 6-gram's bits is the prediction, made once
+  and never refitted: the book's (made from the first 61 sweep runs) is kept with the results
+  as a field of the committed table. The test trains the largest size on that frontier for the
+  steps that spend ``C*`` (``PREDICTION``; same learning rate), seeds 1-10 (``TEST_SEEDS``).
+  Without a stored prediction, ``table`` fits the sweep rows there are, and refuses test runs
+  of another size or budget than it predicts (then set ``PREDICTION`` and run them again).
+* ``dropout``: the sweep's recipe with dropout ``DROPOUT`` in every block, at the sweep's
+  rates, seed 0, for what dropout does once the text repeats. Not in the default grid (the
+  book has no such runs yet): ``--where phase=dropout`` asks for it.
+
+With ``CH12_SCALING_CHECKPOINTS=DIR`` in the environment, every run also saves its model there
+(float16 weights, config and row, as chapter 12 ships; on a cluster, on the worker's disk):
+``book/data/ch12_scaling_best.pt`` is the sweep's run of 1.8M, 2,400 steps, seed 2, saved so.
 
 Compute is counted as ``6 N D`` floating-point operations (Kaplan et al. 2020, section 2.1):
 ``N`` the parameters outside the embeddings and the position table, ``D`` the characters the
@@ -42,16 +58,16 @@ both over the whole of it:
   ``d2lattn.sliding_window_losses``).
 
 During a run, ``EVALS_PER_RUN`` evaluations on the first ``EVAL_WINDOWS`` windows record the
-curve. Results go to ``book/data/ch12_scaling.json`` (chapter 12 reads it), one row per
-(phase, size, lr, steps, seed); a run already in the table is skipped, so an interrupted sweep
-resumes where it stopped. Runs go from the cheapest to the most expensive.
+curve. ``table`` writes ``book/data/ch12_scaling.json`` (chapter 12 reads it), one row per
+(phase, size, lr, steps, seed), sorted by phase, compute, rate and seed.
 """
 
 from __future__ import annotations
 
-import argparse
+import functools
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -94,26 +110,6 @@ def make_config(size: str, vocab_size: int, dropout: float = 0.0) -> GPTConfig:
     return GPTConfig(vocab_size=vocab_size, block_size=BLOCK_SIZE, num_hiddens=d,
                      num_heads=heads, num_layers=layers, ffn_num_hiddens=4 * d,
                      dropout=dropout)
-
-
-def load_table() -> dict:
-    if TABLE.exists():
-        return json.loads(TABLE.read_text())
-    return {"description": __doc__.split("\n")[0], "sizes": SIZES, "steps": STEPS,
-            "batch_size": BATCH_SIZE, "block_size": BLOCK_SIZE, "warmup": WARMUP, "lrs": LRS,
-            "probe_steps": PROBE_STEPS, "runs": []}
-
-
-def save_table(table: dict) -> None:
-    TABLE.parent.mkdir(parents=True, exist_ok=True)
-    table["runs"].sort(key=lambda r: (r["phase"], r["flops"], r["lr"], r["seed"]))
-    tmp = TABLE.with_suffix(".tmp")
-    tmp.write_text(json.dumps(table, indent=1) + "\n")
-    tmp.replace(TABLE)
-
-
-def key(run: dict) -> tuple:
-    return (run["phase"], run["size"], run["lr"], run["steps"], run["seed"])
 
 
 def frontier_fit(runs: list, metric: str = "window_start_bits",
@@ -178,123 +174,131 @@ def train_one(phase: str, size: str, lr: float, steps: int, seed: int, device: s
     return row
 
 
-def main() -> None:
-    global TABLE
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--phase", choices=["probe", "sweep", "both", "test", "dropout"],
-                        default="both")
-    parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
-    parser.add_argument("--steps", type=int, nargs="+", default=STEPS)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
-    parser.add_argument("--max-flops", type=float, default=None,
-                        help="skip sweep runs above this compute (6ND)")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--checkpoint-dir", type=Path, default=None,
-                        help="save each trained model here (float16 weights and config)")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--table", type=Path, default=TABLE,
-                        help="where to write (default: the chapter's table); a separate file "
-                             "lets two processes run at once, merged with --merge")
-    parser.add_argument("--merge", type=Path, nargs="+",
-                        help="add the runs of these tables to --table and exit")
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    TABLE = args.table
-    if args.merge:
-        table = load_table()
-        done = {key(r) for r in table["runs"]}
-        for path in args.merge:
-            other = json.loads(path.read_text())
-            if "prediction" in other:
-                table.setdefault("prediction", other["prediction"])
-            for row in other["runs"]:
-                if key(row) not in done:
-                    table["runs"].append(row)
-                    done.add(key(row))
-        save_table(table)
-        print(f"{TABLE.name}: {len(table['runs'])} runs")
-        return
+#: the probe's rates per size: LRS, extended at the edge that won (see the docstring)
+PROBE_LRS = {"0.1M": [2e-3, 5e-3, 1e-2, 2e-2, 4e-2], "0.3M": [2e-3, 5e-3, 1e-2, 2e-2],
+             "0.8M": [2e-3, 5e-3, 1e-2], "1.8M": [1e-3, 2e-3, 5e-3, 1e-2],
+             "3.0M": [1e-3, 2e-3, 5e-3, 1e-2]}
+LR = {"0.1M": 2e-2, "0.3M": 1e-2, "0.8M": 5e-3, "1.8M": 2e-3, "3.0M": 2e-3}  # the probe's
+SWEEP_SEEDS = {"default": [0, 1, 2], ("1.8M", 600): [0], ("1.8M", 1200): [0],
+               ("3.0M", 600): [0], ("3.0M", 1200): [0], ("0.8M", 2400): [0, 1, 2, 3, 4, 5]}
+PREDICTION = {"size": "0.3M", "steps": 3290}  # the book's prediction (see the docstring)
+TEST_SEEDS = list(range(1, 11))
+DROPOUT_SEEDS = [0]
+#: CPU-seconds a training step, one thread (the committed runs of 2,400 steps)
+STEP_SECONDS = {"0.1M": 0.042, "0.3M": 0.091, "0.8M": 0.172, "1.8M": 0.308, "3.0M": 0.455}
+VERSION = 1  # bump when a change alters what a run computes: every run is made again
+TIMING_KEYS = ("cpu_seconds",)
 
+
+def grid(seeds=None, smoke=False, where=None) -> list[dict]:
+    """The probe, the sweep and the test (``seeds``: these seeds for the sweep and the test;
+    the probe is seed 0's); the dropout phase only when ``where`` asks for it
+    (``phase=dropout``). ``smoke``: one run of each phase, 3 steps of the smallest size,
+    scored on the first 4,096 held-out characters."""
+    def config(phase, size, steps, seed, lr=None):
+        return {"phase": phase, "size": size, "lr": lr or LR[size], "steps": steps,
+                "seed": seed}
+    if smoke:
+        return [{**c, "held_out_chars": 4096} for c in (
+            config("probe", "0.1M", 3, 0, 1e-2), config("sweep", "0.1M", 3, 0),
+            config("test", "0.1M", 4, 1), config("dropout", "0.1M", 3, 0))]
+    runs = [config("probe", size, PROBE_STEPS, 0, lr)
+            for size in SIZES for lr in PROBE_LRS[size]]
+    runs += [config("sweep", size, steps, seed) for size in SIZES for steps in STEPS
+             for seed in seeds or SWEEP_SEEDS.get((size, steps), SWEEP_SEEDS["default"])]
+    runs += [config("test", PREDICTION["size"], PREDICTION["steps"], seed)
+             for seed in seeds or TEST_SEEDS]
+    if where and str(where.get("phase")) == "dropout":
+        runs += [config("dropout", size, steps, seed) for size in SIZES for steps in STEPS
+                 for seed in seeds or DROPOUT_SEEDS]
+    return runs
+
+
+def cpu_seconds(config: dict) -> float:
+    return STEP_SECONDS[config["size"]] * config["steps"]
+
+
+@functools.lru_cache(maxsize=1)  # the same text for every run of a worker
+def data() -> dict:
     split = load_split("shakespeare")
     tok = CharTokenizer(split.text)
-    data = {"tok": tok, "train": tok.encode(split.train), "held_out": tok.encode(split.held_out)}
-    table = load_table()
-    done = {key(r) for r in table["runs"]}
-
-    def flops_of(size, steps):
-        layers, d, _ = SIZES[size]
-        return 6 * 12 * layers * d * d * steps * BATCH_SIZE * BLOCK_SIZE  # approximate order
-
-    def run(phase, size, lr, steps, seed):
-        k = (phase, size, lr, steps, seed)
-        if k in done:
-            return
-        row = train_one(phase, size, lr, steps, seed, args.device, data, args.checkpoint_dir)
-        table["runs"].append(row)
-        done.add(k)
-        save_table(table)
-        print(f"{phase} {size} lr {lr:g} steps {steps} seed {seed}: "
-              f"{row['window_start_bits']:.3f} bits (sliding {row['sliding_bits']:.3f}), "
-              f"{row['flops']:.2e} FLOPs, {row['cpu_seconds']:.0f} CPU-s", flush=True)
-
-    if args.phase in ("probe", "both"):
-        for size in sorted(args.sizes, key=lambda s: flops_of(s, PROBE_STEPS)):
-            for lr in LRS:
-                run("probe", size, lr, PROBE_STEPS, 0)
-            while True:  # the best rate at an edge of the grid: try one step beyond it
-                probes = [r for r in table["runs"] if r["phase"] == "probe" and r["size"] == size]
-                best = min(probes, key=lambda r: r["window_start_bits"])["lr"]
-                top = max(r["lr"] for r in probes)
-                bottom = min(r["lr"] for r in probes)
-                if best == top and top < MAX_LR:
-                    run("probe", size, 2 * top, PROBE_STEPS, 0)
-                elif best == bottom and bottom > MIN_LR:
-                    run("probe", size, bottom / 2, PROBE_STEPS, 0)
-                else:
-                    break
-    if args.phase in ("sweep", "both"):
-        best_lr = {}
-        for size in args.sizes:
-            probes = [r for r in table["runs"] if r["phase"] == "probe" and r["size"] == size]
-            if not probes:
-                raise SystemExit(f"no probe for {size}: run --phase probe first")
-            best_lr[size] = min(probes, key=lambda r: r["window_start_bits"])["lr"]
-        jobs = [(flops_of(s, n), s, n, seed) for s in args.sizes for n in args.steps
-                for seed in args.seeds]
-        for flops, size, steps, seed in sorted(jobs):
-            if args.max_flops is not None and flops > args.max_flops:
-                continue
-            run("sweep", size, best_lr[size], steps, seed)
-    if args.phase == "dropout":  # the sweep's recipe with dropout DROPOUT, same rates
-        for size in args.sizes:
-            lr = min((r for r in table["runs"] if r["phase"] == "probe" and r["size"] == size),
-                     key=lambda r: r["window_start_bits"])["lr"]
-            for steps in args.steps:
-                for seed in args.seeds:
-                    run("dropout", size, lr, steps, seed)
-    if args.phase == "test":
-        if "prediction" not in table:
-            ngram = json.loads(NGRAM_JSON.read_text())["corpora"]["shakespeare"]
-            target = min(ngram["bits"].values())
-            fit = frontier_fit(table["runs"])
-            C = PowerLawFit(fit["E"], fit["A"], fit["g"], fit["scale"]).crossover(target)
-            size = max(fit["frontier"], key=lambda p: p["flops"])["size"]
-            N = next(r["non_embedding_parameters"] for r in table["runs"] if r["size"] == size)
-            steps = round(C / (6 * N * BATCH_SIZE * BLOCK_SIZE))
-            table["prediction"] = {
-                "fit": fit, "ngram_bits": target, "crossover_flops": C, "size": size,
-                "steps": steps, "made": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                "sweep_runs_seen": sum(r["phase"] == "sweep" for r in table["runs"])}
-            save_table(table)
-        pred = table["prediction"]
-        print(f"prediction: the GPT reaches the 6-gram's {pred['ngram_bits']} bits at "
-              f"{pred['crossover_flops']:.3g} FLOPs; test: {pred['size']} for {pred['steps']} steps",
-              flush=True)
-        lr = min((r for r in table["runs"] if r["phase"] == "probe" and r["size"] == pred["size"]),
-                 key=lambda r: r["window_start_bits"])["lr"]
-        for seed in args.seeds:
-            run("test", pred["size"], lr, pred["steps"], seed)
+    return {"tok": tok, "train": tok.encode(split.train), "held_out": tok.encode(split.held_out)}
 
 
-if __name__ == "__main__":
-    main()
+def run(config: dict) -> dict:
+    """One training run and its held-out bits."""
+    from experiments.runner import device
+    folder = os.environ.get("CH12_SCALING_CHECKPOINTS")
+    text = data()
+    if config.get("held_out_chars"):  # a smoke run
+        text = {**text, "held_out": text["held_out"][:config["held_out_chars"]]}
+    return train_one(config["phase"], config["size"], config["lr"], config["steps"],
+                     config["seed"], device(), text, Path(folder) if folder else None)
+
+
+def probe_choice(runs: list) -> dict:
+    """For each size whose probe (``PROBE_LRS`` at ``PROBE_STEPS``) is complete, its best
+    rate; raises if that rate is at an edge the probe may still extend."""
+    chosen = {}
+    for size, lrs in PROBE_LRS.items():
+        probes = [r for r in runs if r["phase"] == "probe" and r["size"] == size
+                  and r["steps"] == PROBE_STEPS]
+        if {r["lr"] for r in probes} < set(lrs) or not probes:
+            continue
+        best = min(probes, key=lambda r: r["window_start_bits"])["lr"]
+        top, bottom = max(r["lr"] for r in probes), min(r["lr"] for r in probes)
+        if best == top and top < MAX_LR:
+            raise ValueError(f"{size}: the best rate is the highest probed: add {2 * top:g} "
+                             "to PROBE_LRS and run it")
+        if best == bottom and bottom > MIN_LR:
+            raise ValueError(f"{size}: the best rate is the lowest probed: add {bottom / 2:g} "
+                             "to PROBE_LRS and run it")
+        chosen[size] = best
+    return chosen
+
+
+def predict(runs: list) -> dict | None:
+    """The crossover predicted from the sweep runs (None with fewer than 3 frontier points)."""
+    groups = {(r["size"], r["steps"]) for r in runs
+              if r["phase"] == "sweep" and r["flops"] < FIT_BELOW}
+    if len(groups) < 3:
+        return None
+    ngram = json.loads(NGRAM_JSON.read_text())["corpora"]["shakespeare"]
+    target = min(ngram["held_out"]["kn"].values())  # the 6-gram's, as the book's prediction
+    fit = frontier_fit(runs)
+    C = PowerLawFit(fit["E"], fit["A"], fit["g"], fit["scale"]).crossover(target)
+    size = max(fit["frontier"], key=lambda p: p["flops"])["size"]
+    N = next(r["non_embedding_parameters"] for r in runs if r["size"] == size)
+    steps = round(C / (6 * N * BATCH_SIZE * BLOCK_SIZE))
+    return {"fit": fit, "ngram_bits": target, "crossover_flops": C, "size": size,
+            "steps": steps, "sweep_runs_seen": sum(r["phase"] == "sweep" for r in runs)}
+
+
+def table(records: list[dict]) -> dict:
+    """The chapter's table: every run, sorted by phase, compute, rate and seed, and the
+    prediction. Refuses runs at another rate than the probe chose, and test runs of another
+    size or budget than the prediction's."""
+    from experiments import runner
+    fields, records = runner.header(records)
+    runs = sorted((r["row"] for r in records),
+                  key=lambda r: (r["phase"], r["flops"], r["lr"], r["seed"]))
+    chosen = probe_choice(runs)
+    for r in runs:
+        if r["phase"] != "probe" and r["size"] in chosen and r["lr"] != chosen[r["size"]]:
+            raise ValueError(f"the probe chooses {chosen[r['size']]:g} for {r['size']}, a "
+                             f"{r['phase']} run used {r['lr']:g}: set LR and run it again")
+    prediction = fields.pop("prediction", None) or predict(runs)
+    tests = {(r["size"], r["steps"]) for r in runs if r["phase"] == "test"}
+    if prediction and tests - {(prediction["size"], prediction["steps"])}:
+        raise ValueError(f"the prediction is {prediction['size']} for {prediction['steps']} "
+                         f"steps, the test runs are {sorted(tests)}: set PREDICTION")
+    return {"description": __doc__.split("\n")[0], "sizes": SIZES, "steps": STEPS,
+            "batch_size": BATCH_SIZE, "block_size": BLOCK_SIZE, "warmup": WARMUP, "lrs": LRS,
+            "probe_steps": PROBE_STEPS, "runs": runs,
+            **({"prediction": prediction} if prediction else {}), **fields}
+
+
+if __name__ == "__main__":  # the same as: python -m experiments run ch12_scaling ...
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from experiments.runner import script
+    script("ch12_scaling")

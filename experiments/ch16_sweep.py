@@ -1,13 +1,15 @@
 """Chapter 16's comparisons over seeds: point clouds, sets and graphs.
 
-    python experiments/ch16_sweep.py                         # seeds 0-4, every task
-    python experiments/ch16_sweep.py --seeds 5 6 7 8 9       # fresh seeds, added to the table
-    python experiments/ch16_sweep.py --tasks graphs          # one task
+    python -m experiments run ch16_sweep                          # seeds 0-4, every task
+    python -m experiments run ch16_sweep --seeds 5 6 7 8 9        # fresh seeds
+    python -m experiments run ch16_sweep --where task=graphs      # one task
+    python -m experiments run ch16_sweep --where task=pointclouds kind=edgeconv   # one kind
+    python -m experiments table ch16_sweep --out book/data/ch16_sweep.json
 
-Writes ``book/data/ch16_sweep.json`` (rows of the seeds run are replaced, others kept; a row
-already there is skipped, so an interrupted sweep resumes) and, for seed 0, the point-cloud
-models' weights ``book/data/ch16_pointcloud_<kind>.pt`` (float32, a few hundred KB in all),
-which the chapter loads. One thread; the CPU time of every run is recorded.
+``table`` writes ``book/data/ch16_sweep.json`` (every row, sorted by task, kind, steps and
+seed); the runs of seed 0 at the chapter's budget also write the point-cloud models' weights
+``book/data/ch16_pointcloud_<kind>.pt`` (float32, a few hundred KB in all), which the chapter
+loads. One thread a run; the CPU time of every run is recorded.
 
 * ``pointclouds``: :class:`d2lattn.PointCloudClassifier` of each kind (no attention, scalar,
   vector, the ablation scalar over neighbours, and the two local models without attention:
@@ -17,12 +19,14 @@ which the chapter loads. One thread; the CPU time of every run is recorded.
   the baseline without attention also for 4x the steps. Test accuracy on 500 clouds of data
   seed 1, and on four variations the models never saw (``ROBUSTNESS``); rows written since the
   locality ablation also carry the accuracy on the validation set (500 clouds of data seed 2)
-  and the per-cloud test verdicts (``test_correct``, a string of 0/1). ``--kinds`` runs a
-  subset of the kinds.
+  and the per-cloud test verdicts (``test_correct``, a string of 0/1). The book's table has
+  no EdgeConv rows yet (the chapter's exercise runs them: ``--where kind=edgeconv``).
 * ``baseline``: the model without attention tuned as hard as the others were not: for seed 0,
   widths ``BASELINE_WIDTHS`` x learning rates ``BASELINE_LRS`` at 4x the steps, chosen on a
   validation set (500 clouds of data seed 2, never the test set); then the chosen width and rate
-  for every seed of ``--seeds`` (rows with ``num_hiddens`` and ``lr``).
+  (``BASELINE_CHOSEN``) for every seed (rows with ``num_hiddens`` and ``lr``). ``table``
+  derives the choice from the nine runs of seed 0 and refuses a table whose other seeds used
+  another (then set ``BASELINE_CHOSEN`` and run them again).
 * ``sets``: :class:`d2lattn.SetRegressor` of each kind (DeepSets, SAB, ISAB) regressing the
   largest distance between the points of a set (8 to 32 points in the square [-1, 1]^2; the model
   predicts the diameter standardised by the training set's mean and standard deviation), for
@@ -35,9 +39,9 @@ which the chapter loads. One thread; the CPU time of every run is recorded.
 
 from __future__ import annotations
 
-import argparse
-import json
+import functools
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -68,15 +72,20 @@ SET_STEPS, SET_BATCH, SET_LR = 1000, 64, 2e-3
 GRAPH = dict(num_nodes=300, num_blocks=3, p_in=0.05, p_out=0.005, feature_noise=2.0)
 GRAPH_LABELS_PER_CLASS, GRAPH_EPOCHS = 10, 200
 BASELINE_WIDTHS, BASELINE_LRS = (32, 64, 128), (1e-3, 3e-3, 1e-2)
+BASELINE_CHOSEN = {"num_hiddens": 128, "lr": 1e-2}  # chosen on validation (table checks it)
+SEEDS = [0, 1, 2, 3, 4]
 CURVE_STEPS = 50  # the first training losses recorded in full, for the chapter's live check
 
 
-def point_cloud_data():
-    train = make_point_clouds(2000, seed=0, **PC_DATA)
-    test = {"test": make_point_clouds(500, seed=1, **PC_DATA)}
+@functools.lru_cache(maxsize=2)  # the same data for every run of a worker (made from seeds)
+def point_cloud_data(num_train: int = 2000, num_test: int = 500):
+    """Training clouds, the test sets (``"test"`` and ``ROBUSTNESS``'s) and the validation set
+    (the chapter's sizes by default; a smoke run asks for fewer)."""
+    train = make_point_clouds(num_train, seed=0, **PC_DATA)
+    test = {"test": make_point_clouds(num_test, seed=1, **PC_DATA)}
     for name, change in ROBUSTNESS.items():
-        test[name] = make_point_clouds(500, seed=1, **{**PC_DATA, **change})
-    return train, test, make_point_clouds(500, seed=2, **PC_DATA)  # the last: validation
+        test[name] = make_point_clouds(num_test, seed=1, **{**PC_DATA, **change})
+    return train, test, make_point_clouds(num_test, seed=2, **PC_DATA)  # the last: validation
 
 
 @torch.no_grad()
@@ -147,118 +156,137 @@ def graph_split(seed: int):
     return X, A, y, train, test
 
 
-def run_graphs(kind: str, seed: int) -> dict:
+def run_graphs(kind: str, seed: int, steps: int = GRAPH_EPOCHS) -> dict:
     X, A, y, train, test = graph_split(seed)
     torch.manual_seed(seed)
     model = GraphNodeClassifier(kind, X.shape[1], GRAPH["num_blocks"])
     start = time.process_time()
-    losses = train_node_classifier(model, X, A, y, train, steps=GRAPH_EPOCHS)
+    losses = train_node_classifier(model, X, A, y, train, steps=steps)
     cpu = time.process_time() - start
     with torch.no_grad():
         acc = float((model(X, A).argmax(-1)[test] == y[test]).float().mean())
-    return {"task": "graphs", "kind": kind, "seed": seed, "steps": GRAPH_EPOCHS,
+    return {"task": "graphs", "kind": kind, "seed": seed, "steps": steps,
             "cpu_seconds": round(cpu, 1), "final_loss": round(losses[-1], 4),
             "accuracy": round(acc, 4), "edges": int(A.sum()) // 2, "test_nodes": len(test)}
 
 
-def key(r: dict) -> tuple:
-    return (r["task"], r["kind"], r["seed"], r["steps"], r.get("num_hiddens"), r.get("lr"))
+@functools.lru_cache(maxsize=1)
+def set_data():
+    return (make_diameter_sets(4000, seed=0, **SET_DATA),
+            make_diameter_sets(1000, seed=1, **SET_DATA))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    parser.add_argument("--tasks", nargs="+", default=["graphs", "sets", "pointclouds",
-                                                       "baseline"],
-                        choices=["graphs", "sets", "pointclouds", "baseline"])
-    parser.add_argument("--kinds", nargs="+", default=list(PointCloudClassifier.KINDS),
-                        choices=PointCloudClassifier.KINDS,
-                        help="the point-cloud kinds to run (default: all)")
-    parser.add_argument("--table", type=Path, default=TABLE,
-                        help="where to write (default: the chapter's table); a separate file "
-                             "lets two processes run at once, merged with --merge")
-    parser.add_argument("--merge", type=Path, nargs="+", default=None,
-                        help="add the rows of these tables to --table and exit")
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    table_path = args.table
-    table = json.loads(table_path.read_text()) if table_path.exists() else {"rows": []}
-    if args.merge:
-        merged = {key(r): r for r in table["rows"]}
-        for path in args.merge:
-            merged.update({key(r): r for r in json.loads(path.read_text())["rows"]})
-        table["rows"] = sorted(merged.values(),
-                               key=lambda r: (r["task"], r["kind"], r["steps"], r["seed"],
-                                              r.get("num_hiddens") or 0, r.get("lr") or 0))
-        table_path.write_text(json.dumps(table, indent=1) + "\n")
-        return
-    table.update({"pointclouds": {"data": PC_DATA, "model": PC_MODEL, "steps": PC_STEPS,
-                                  "batch_size": PC_BATCH, "lr": PC_LR,
-                                  "robustness": ROBUSTNESS, "shapes": list(SHAPES)},
-                  "sets": {"data": SET_DATA, "model": SET_MODEL, "steps": SET_STEPS,
-                           "batch_size": SET_BATCH, "lr": SET_LR},
-                  "graphs": {"graph": GRAPH, "labels_per_class": GRAPH_LABELS_PER_CLASS,
-                             "epochs": GRAPH_EPOCHS},
-                  "baseline": {"widths": BASELINE_WIDTHS, "lrs": BASELINE_LRS,
-                               "steps": 4 * PC_STEPS, "validation": "500 clouds, data seed 2"},
-                  "torch": torch.__version__})
-    done = {key(r) for r in table["rows"]}
+VERSION = 1  # bump when a change alters what a run computes: every run is made again
+TIMING_KEYS = ("cpu_seconds",)
 
-    def save(row):
-        table["rows"].append(row)
-        done.add(key(row))
-        table["rows"].sort(key=lambda r: (r["task"], r["kind"], r["steps"], r["seed"],
-                                          r.get("num_hiddens") or 0, r.get("lr") or 0))
-        table_path.write_text(json.dumps(table, indent=1) + "\n")
-        print({k: v for k, v in row.items() if k not in ("first_losses", "test_correct")},
-              flush=True)
 
-    jobs = []
-    for seed in args.seeds:
-        if "graphs" in args.tasks:
-            jobs += [("graphs", k, seed, GRAPH_EPOCHS) for k in GraphNodeClassifier.KINDS]
-        if "sets" in args.tasks:
-            jobs += [("sets", k, seed, SET_STEPS) for k in SetRegressor.KINDS]
-            jobs += [("sets", "deepsets", seed, 4 * SET_STEPS)]
-        if "pointclouds" in args.tasks:
-            jobs += [("pointclouds", k, seed, PC_STEPS) for k in args.kinds]
-            if "pointnet" in args.kinds:
-                jobs += [("pointclouds", "pointnet", seed, 4 * PC_STEPS)]
-    order = {"graphs": 0, "sets": 1, "pointclouds": 2}
-    jobs.sort(key=lambda j: (order[j[0]], args.seeds.index(j[2])))  # seeds in the order given
-    pc_data = set_data = None
-    for task, kind, seed, steps in jobs:
-        if (task, kind, seed, steps, None, None) in done:
-            continue
-        if task == "graphs":
-            save(run_graphs(kind, seed))
-        elif task == "sets":
-            if set_data is None:
-                set_data = (make_diameter_sets(4000, seed=0, **SET_DATA),
-                            make_diameter_sets(1000, seed=1, **SET_DATA))
-            save(run_sets(kind, seed, steps, set_data))
-        else:
-            if pc_data is None:
-                pc_data = point_cloud_data()
-            save(run_point_clouds(kind, seed, steps, pc_data))
-    if "baseline" in args.tasks:
-        pc_data = pc_data or point_cloud_data()
-        validation = pc_data[2]
-        for width in BASELINE_WIDTHS:
-            for lr in BASELINE_LRS:
-                if ("baseline", "pointnet", 0, 4 * PC_STEPS, width, lr) not in done:
-                    save({**run_point_clouds("pointnet", 0, 4 * PC_STEPS, pc_data[:2],
-                                             num_hiddens=width, lr=lr, validation=validation),
-                          "task": "baseline"})
-        probes = [r for r in table["rows"] if r["task"] == "baseline" and r["seed"] == 0]
+def grid(seeds=None, smoke=False) -> list[dict]:
+    """Every task's runs for each seed (default ``SEEDS``), and the baseline's nine probes
+    of seed 0 (``smoke``: one run of each task, a few steps; 64 clouds a point-cloud set)."""
+    if smoke:
+        return [{"task": "graphs", "kind": "gat", "seed": 0, "steps": 5},
+                {"task": "sets", "kind": "isab", "seed": 0, "steps": 3},
+                {"task": "pointclouds", "kind": "edgeconv", "seed": 0, "steps": 3,
+                 "clouds": 64},
+                {"task": "baseline", "kind": "pointnet", "seed": 0, "steps": 3,
+                 "num_hiddens": 32, "lr": 3e-3, "clouds": 64}]
+    seeds = seeds or SEEDS
+    runs = [{"task": "graphs", "kind": k, "seed": s, "steps": GRAPH_EPOCHS}
+            for s in seeds for k in GraphNodeClassifier.KINDS]
+    runs += [{"task": "sets", "kind": k, "seed": s, "steps": n} for s in seeds
+             for k, n in [(k, SET_STEPS) for k in SetRegressor.KINDS]
+             + [("deepsets", 4 * SET_STEPS)]]
+    runs += [{"task": "pointclouds", "kind": k, "seed": s, "steps": n} for s in seeds
+             for k, n in [(k, PC_STEPS) for k in PointCloudClassifier.KINDS]
+             + [("pointnet", 4 * PC_STEPS)]]
+    probes = [{"task": "baseline", "kind": "pointnet", "seed": 0, "steps": 4 * PC_STEPS,
+               "num_hiddens": w, "lr": lr} for w in BASELINE_WIDTHS for lr in BASELINE_LRS]
+    chosen = [{"task": "baseline", "kind": "pointnet", "seed": s, "steps": 4 * PC_STEPS,
+               **BASELINE_CHOSEN} for s in seeds]
+    return runs + probes + [c for c in chosen if c not in probes]
+
+
+#: CPU-seconds a training step, the means of the committed rows (EdgeConv: as the vector model)
+STEP_SECONDS = {("graphs", "gat"): 0.0065, ("graphs", "gcn"): 0.005, ("graphs", "mlp"): 0.0015,
+                ("graphs", "transformer"): 0.0045, ("sets", "deepsets"): 0.0024,
+                ("sets", "isab"): 0.028, ("sets", "sab"): 0.021,
+                ("pointclouds", "pointnet"): 0.0048, ("pointclouds", "scalar"): 0.019,
+                ("pointclouds", "scalar_knn"): 0.022, ("pointclouds", "uniform"): 0.05,
+                ("pointclouds", "vector"): 0.06, ("pointclouds", "edgeconv"): 0.06}
+BASELINE_STEP_SECONDS = {32: 0.0039, 64: 0.0072, 128: 0.021}
+
+
+def cpu_seconds(config: dict) -> float:
+    """An estimate of one run's CPU time (one thread), from the committed runs'."""
+    if config["task"] == "baseline":
+        return BASELINE_STEP_SECONDS.get(config["num_hiddens"], 0.021) * config["steps"]
+    return STEP_SECONDS[config["task"], config["kind"]] * config["steps"]
+
+
+def run(config: dict) -> dict:
+    """One run of one task."""
+    task, kind, seed, steps = (config[k] for k in ("task", "kind", "seed", "steps"))
+    if task == "graphs":
+        return run_graphs(kind, seed, steps)
+    if task == "sets":
+        return run_sets(kind, seed, steps, set_data())
+    data = point_cloud_data(*[config["clouds"]] * 2) if "clouds" in config else point_cloud_data()
+    if task == "pointclouds":
+        return run_point_clouds(kind, seed, steps, data)
+    return {**run_point_clouds(kind, seed, steps, data[:2], num_hiddens=config["num_hiddens"],
+                               lr=config["lr"], validation=data[2]), "task": "baseline"}
+
+
+def table(records: list[dict]) -> dict:
+    """The chapter's table: every row, sorted, and the recipes. Refuses baseline rows of other
+    seeds whose width and rate are not the ones the probes of seed 0 choose on validation."""
+    from experiments import runner
+    fields, records = runner.header(records)
+    rows = sorted((r["row"] for r in records),
+                  key=lambda r: (r["task"], r["kind"], r["steps"], r["seed"],
+                                 r.get("num_hiddens") or 0, r.get("lr") or 0))
+    probes = [r for r in rows if r["task"] == "baseline" and r["seed"] == 0
+              and r["steps"] == 4 * PC_STEPS]
+    if len(probes) >= len(BASELINE_WIDTHS) * len(BASELINE_LRS):
         best = max(probes, key=lambda r: r["validation_accuracy"])
-        for seed in args.seeds:
-            if ("baseline", "pointnet", seed, 4 * PC_STEPS, best["num_hiddens"],
-                    best["lr"]) not in done:
-                save({**run_point_clouds("pointnet", seed, 4 * PC_STEPS, pc_data[:2],
-                                         num_hiddens=best["num_hiddens"], lr=best["lr"],
-                                         validation=validation), "task": "baseline"})
+        chosen = {"num_hiddens": best["num_hiddens"], "lr": best["lr"]}
+        used = [r for r in rows if r["task"] == "baseline" and r["seed"] != 0
+                and {"num_hiddens": r["num_hiddens"], "lr": r["lr"]} != chosen]
+        if used:
+            raise ValueError(f"the probes choose {chosen}, {len(used)} baseline runs used "
+                             "another: set BASELINE_CHOSEN and run them again")
+    return {"rows": rows,
+            "pointclouds": {"data": PC_DATA, "model": PC_MODEL, "steps": PC_STEPS,
+                            "batch_size": PC_BATCH, "lr": PC_LR,
+                            "robustness": ROBUSTNESS, "shapes": list(SHAPES)},
+            "sets": {"data": SET_DATA, "model": SET_MODEL, "steps": SET_STEPS,
+                     "batch_size": SET_BATCH, "lr": SET_LR},
+            "graphs": {"graph": GRAPH, "labels_per_class": GRAPH_LABELS_PER_CLASS,
+                       "epochs": GRAPH_EPOCHS},
+            "torch": runner.torch_version(records, torch.__version__),
+            "baseline": {"widths": list(BASELINE_WIDTHS), "lrs": list(BASELINE_LRS),
+                         "steps": 4 * PC_STEPS, "validation": "500 clouds, data seed 2"},
+            **fields}
 
 
-if __name__ == "__main__":
-    main()
+def old_options(argv: list[str]) -> list[str]:
+    """The chapter's exercise prints the command line of before the runner
+    (``--tasks pointclouds --kinds edgeconv``): one task and one kind become ``--where``."""
+    where, rest, i = [], [], 0
+    while i < len(argv):
+        if argv[i] in ("--tasks", "--kinds") and i + 1 < len(argv):
+            if i + 2 < len(argv) and not argv[i + 2].startswith("--"):
+                raise SystemExit(f"{argv[i]} takes one value now; or use --where")
+            where.append(("task=" if argv[i] == "--tasks" else "kind=") + argv[i + 1])
+            i += 2
+        else:
+            rest.append(argv[i])
+            i += 1
+    return rest + (["--where", *where] if where else [])
+
+
+if __name__ == "__main__":  # the same as: python -m experiments run ch16_sweep ...
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.argv[1:] = old_options(sys.argv[1:])
+    from experiments.runner import script
+    script("ch16_sweep")

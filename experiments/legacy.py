@@ -101,6 +101,35 @@ def ch8_rnn_vs_transformer(t):
                 "seed": int(seed), "steps": int(steps)}, {"losses": losses})
 
 
+def ch12_ngram(t):
+    assert t["max_order"] == 8 and t["smoothings"] == ["kn", "mkn"]
+    for name, row in t["corpora"].items():
+        yield {"part": "ngrams", "corpus": name, "max_order": t["max_order"]}, row
+    for name, row in t["checkpoints"].items():
+        yield {"part": "checkpoints", "corpus": name, **row["chosen"]}, row
+
+
+def ch16_sweep(t):
+    # the table's "locality" entry describes a task the script had for a few minutes (its
+    # runs became the point-cloud kinds "uniform" and "edgeconv"); no row has it
+    yield {"legacy table fields": True}, {"locality": t["locality"]}
+    for r in t["rows"]:
+        config = {k: r[k] for k in ("task", "kind", "seed", "steps")}
+        if r["task"] == "baseline":
+            config.update(num_hiddens=r["num_hiddens"], lr=r["lr"])
+        yield config, r
+
+
+def ch12_scaling(t):
+    from experiments import ch12_scaling as m
+    assert (t["sizes"], t["steps"], t["lrs"], t["probe_steps"]) == (
+        {k: list(v) for k, v in m.SIZES.items()}, m.STEPS, m.LRS, m.PROBE_STEPS)
+    # the prediction was made once, from the sweep runs of its time: kept, never refitted
+    yield {"legacy table fields": True}, {"prediction": t["prediction"]}
+    for r in t["runs"]:
+        yield {k: r[k] for k in ("phase", "size", "lr", "steps", "seed")}, r
+
+
 def convert(name: str) -> None:
     module = runner.load(name)
     table = json.loads(module.TABLE.read_text(encoding="utf-8"))

@@ -4,7 +4,8 @@ An experiment is a module of this package that declares
 
 * ``grid(seeds=None, smoke=False) -> list[dict]``: its runs, each a small JSON-able config
   (model, size, seed, budget, ...); ``seeds`` replaces the default seeds, ``smoke`` gives a few
-  runs with tiny budgets that finish in seconds;
+  runs with tiny budgets that finish in seconds; a grid that also takes ``where`` (the
+  ``--where`` filter) may offer runs outside its default grid when asked for them;
 * ``run(config) -> dict``: one run, with nothing global (it seeds what it draws);
 * ``table(records) -> dict``: the chapter's table, derived from the results (each record has
   the run's ``config`` and ``row``, in the order of the results file);
@@ -273,7 +274,10 @@ def execute(name: str, *, seeds=None, smoke=False, workers=None, address=None,
     short = name.rsplit(".", 1)[-1]
     out = Path(out) if out else results_path(short)
     code, commit = code_version(module), git_commit()
-    configs = [c for c in module.grid(seeds=seeds, smoke=smoke)
+    # a grid may take ``where`` to offer runs outside its default grid (ch12_scaling's dropout)
+    offers = "where" in inspect.signature(module.grid).parameters
+    configs = [c for c in module.grid(seeds=seeds, smoke=smoke,
+                                      **({"where": where} if offers else {}))
                if all(str(c.get(k)) == str(v) for k, v in (where or {}).items())]
     done = [r for r in read_results(out)
             if "row" in r and r.get("code") == code and r["experiment"] == short]
