@@ -310,18 +310,8 @@ class VectorSelfAttention(nn.Module):
                 neighbours: Optional[Tensor] = None) -> Tensor:
         """Vector attention of every point over its neighbours: ``X`` ``(B, N, d)``,
         ``positions`` ``(B, N, 3)`` -> ``(B, N, d)``; see the class docstring."""
-        if not isinstance(X, Tensor) or X.dim() != 3 or X.shape[-1] != self.num_hiddens:
-            raise ValueError(f"X must have shape (B, N, {self.num_hiddens}), got "
-                             f"{getattr(X, 'shape', type(X).__name__)}")
-        if (not isinstance(positions, Tensor) or positions.shape[:2] != X.shape[:2]
-                or positions.shape[-1] != 3):
-            raise ValueError(f"positions must have shape (B, N, 3) = {(*X.shape[:2], 3)}, got "
-                             f"{getattr(positions, 'shape', type(positions).__name__)}")
-        if neighbours is None:
-            neighbours = knn_indices(positions, self.k, valid_lens)  # (B, N, k)
-        elif neighbours.shape != (*X.shape[:2], self.k):
-            raise ValueError(f"neighbours must have shape {(*X.shape[:2], self.k)}, got "
-                             f"{tuple(neighbours.shape)}")
+        neighbours = _local_neighbours(X, positions, valid_lens, neighbours, self.num_hiddens,
+                                       self.k)  # (B, N, k)
         # 1. relative positions and their encoding delta_ij = theta(p_i - p_j)
         rel = positions[:, :, None, :] - _gather(positions, neighbours)  # (B, N, k, 3)
         delta = self.position_mlp(rel)  # (B, N, k, d)
