@@ -477,6 +477,21 @@ def test_chapter12_writes_in_the_page(chromium, prefix, lang):
         _assert_local_and_clean(recorder)
 
 
+def test_a_finished_run_keeps_its_output_when_the_typing_settles(exported, chromium):
+    """Typing schedules a re-analysis 150 ms later; a Generate pressed sooner cancels it, so a
+    short run that ends first keeps its output (the failure CI once met: 0 characters shown)."""
+    with _served_page(exported.site, chromium.context) as served:
+        page = served.page
+        page.goto(served.base + "index.html", wait_until="load")
+        _wait_until_ready(page)
+        _type_and_generate(page, "ROMEO:\n", 2)  # loads the model: typing is analysed from now on
+        got = _type_and_generate(page, "JULIET:\n", 3)
+        page.wait_for_timeout(400)  # well past the typing's 150 ms
+        text = page.locator(".d2lattn-lm-output-new").first.text_content()
+        assert len(got["text"]) == 3 and text == got["text"], (got, text)
+        _assert_local_and_clean(served.recorder)
+
+
 def test_from_a_file_url_the_model_loads(exported, chromium):
     """Opened from disk (as the README says to open the site), the model loads from its script
     and equals PyTorch; nothing is logged as an error."""

@@ -530,7 +530,7 @@
     var attSummary = el("p", { "class": "d2lattn-visually-hidden d2lattn-lm-attention-summary" }, attBox);
     el("p", { "class": "d2lattn-lm-api", text: t("api") }, root);
 
-    var running = null, last = null, generated = "";
+    var running = null, last = null, generated = "", pending = null, edits = 0;
     function setDefaults() {
       var dflt = DEFAULTS[corpusSel.value];
       prompt.value = dflt.prompt;
@@ -625,6 +625,8 @@
     }
     function generate() {
       if (running) return;
+      // a re-analysis of the typing still pending would clear this run's output once it ends
+      clearTimeout(pending); edits++;
       var token = { stop: false };
       running = token;
       go.disabled = true; stop.disabled = false;
@@ -691,14 +693,15 @@
         models[corpusSel.value].then(function (m) { fillHeads(m); analyse(m, prompt.value); });
       }
     });
-    var pending = null;
     prompt.addEventListener("input", function () {  // a loaded model follows the typing
       var corpus = corpusSel.value;
       if (running || !models[corpus]) return;
       clearTimeout(pending);
+      var seen = ++edits;
       pending = setTimeout(function () {
         models[corpus].then(function (m) {
-          if (running) return;  // Generate was pressed meanwhile: its run owns the output
+          // Generate was pressed meanwhile (running, or already finished): its run owns the output
+          if (running || edits !== seen) return;
           outPrompt.textContent = ""; outNew.textContent = ""; generated = "";
           if (analyse(m, prompt.value)) status.textContent = "";
         });
