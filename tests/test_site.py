@@ -1149,6 +1149,16 @@ def test_code_cells_show_no_test_markers(site):
         assert "NBVAL_IGNORE_OUTPUT" not in text.replace("<span class=\"c1\">", ""), rel
 
 
+def test_the_references_cell_is_for_notebooks_only(site):
+    """Each chapter's last cell lists its citations for JupyterLab readers (tools/book.py refs);
+    the pages leave it out, the downloadable notebook keeps it."""
+    for rel in _article_pages(site):
+        text = (site / rel).read_text(encoding="utf-8")
+        assert "References cited in this notebook" not in text, rel
+    source = (site / "_sources" / "book" / "ch12_gpt.ipynb").read_text(encoding="utf-8")
+    assert "References cited in this notebook" in source and "`radford2019`" in source
+
+
 def test_the_notebooks_archive_holds_what_the_chapters_read(site):
     """One archive of the notebooks for both languages, linked from every chapter page: every
     chapter in English (ch1_....ipynb) and in Chinese (ch1_....zh_CN.ipynb, next to it so that

@@ -9,6 +9,9 @@
     python tools/book.py font               regenerate the subset CJK font from the built site
     python tools/book.py pdf                the whole book as a PDF, in each language (also
                                             part of `build`, unless --no-pdf)
+    python tools/book.py refs               rewrite each chapter's references cell: the works
+                                            it cites, for readers in JupyterLab (where a
+                                            citation shows as its key); `--check` only reports
 
 One source, two sites: both builds render the same committed notebooks (nothing is executed),
 and Sphinx's gettext workflow swaps each paragraph of prose for its translation in the Chinese
@@ -1233,6 +1236,92 @@ def font() -> None:
         print(f"{path.relative_to(ROOT)}: {n} characters, {path.stat().st_size / 1024:.0f} KiB")
 
 
+# ---------------------------------------------------------------------------------------------
+# the references cell: citations readable in JupyterLab
+
+BIBLIOGRAPHY = ROOT / "book" / "references.bib"
+_CITE = re.compile(r"\{cite(?::[a-z]+)?\}`([^`]+)`")
+REFERENCES_MARK = "d2lattn_references"
+REFERENCES_HEADER = (
+    "**References cited in this notebook** (参考文献). JupyterLab shows a citation as its key, "
+    "such as `{key}`; here is each key's work. The website and the PDF format the citations "
+    "and list them in the book's bibliography, and leave this cell out.\n\n")
+
+
+def cited_keys(notebook: dict) -> List[str]:
+    """The bibliography keys a notebook's Markdown cites, in order of first citation."""
+    keys: List[str] = []
+    for cell in notebook.get("cells", []):
+        if cell.get("cell_type") != "markdown" or cell.get("metadata", {}).get(REFERENCES_MARK):
+            continue
+        for group in _CITE.findall("".join(cell.get("source", []))):
+            for key in (k.strip() for k in group.split(",")):
+                if key and key not in keys:
+                    keys.append(key)
+    return keys
+
+
+def _reference_lines(keys: List[str]) -> List[str]:
+    from pybtex.database import parse_file
+    from pybtex.plugin import find_plugin
+
+    bibliography = parse_file(str(BIBLIOGRAPHY))
+    missing = [k for k in keys if k not in bibliography.entries]
+    if missing:
+        raise ValueError(f"keys cited but not in {BIBLIOGRAPHY.name}: {missing}")
+    style = find_plugin("pybtex.style.formatting", "plain")()
+    text = find_plugin("pybtex.backends", "text")()
+    formatted = {e.key: e.text.render(text)
+                 for e in style.format_entries(bibliography.entries[k] for k in keys)}
+    lines = []
+    for key in keys:
+        work = re.sub(r"\\url\s+", "", formatted[key])
+        work = re.sub(r"([*_\\])", r"\\\1", work)  # plain text inside Markdown
+        fields = bibliography.entries[key].fields
+        link = (f"https://doi.org/{fields['doi']}" if "doi" in fields
+                else f"https://arxiv.org/abs/{fields['eprint']}" if "eprint" in fields
+                else fields.get("url", ""))
+        lines.append(f"- `{key}`: {work}" + (f" <{link}>" if link else ""))
+    return lines
+
+
+def references_cell(notebook: dict) -> dict | None:
+    """The references cell a notebook should end with (None if it cites nothing): removed from
+    the website and the PDF by its ``remove-cell`` tag."""
+    keys = cited_keys(notebook)
+    if not keys:
+        return None
+    source = REFERENCES_HEADER.format(key=keys[0]) + "\n".join(_reference_lines(keys))
+    return {"cell_type": "markdown", "id": "d2lattn-references",
+            "metadata": {REFERENCES_MARK: True, "tags": ["remove-cell"]},
+            "source": source.splitlines(keepends=True)}
+
+
+def with_references(notebook: dict) -> dict:
+    """The notebook with its references cell (last) rewritten from book/references.bib."""
+    cells = [c for c in notebook.get("cells", [])
+             if not c.get("metadata", {}).get(REFERENCES_MARK)]
+    cell = references_cell({**notebook, "cells": cells})
+    return {**notebook, "cells": cells + ([cell] if cell else [])}
+
+
+def refs(check: bool = False) -> List[Path]:
+    """Rewrite (or, with ``check``, only list) the chapters whose references cell is stale."""
+    import json
+
+    stale = []
+    for path in _chapter_notebooks():
+        text = path.read_text(encoding="utf-8")
+        notebook = json.loads(text)
+        new = with_references(notebook)
+        if new != notebook:
+            stale.append(path)
+            if not check:
+                path.write_text(json.dumps(new, ensure_ascii=False, indent=1) + "\n",
+                                encoding="utf-8")
+    return stale
+
+
 def main(argv: List[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -1248,6 +1337,8 @@ def main(argv: List[str] | None = None) -> int:
     sub.add_parser("update-po", help="merge changed English messages into the catalogues")
     sub.add_parser("check-po", help="check that the translation is complete and current")
     sub.add_parser("font", help="regenerate the subset CJK font")
+    p_refs = sub.add_parser("refs", help="rewrite each chapter's references cell")
+    p_refs.add_argument("--check", action="store_true", help="only list the stale ones")
     args = parser.parse_args(argv)
     if args.command == "build":
         build(strict=args.strict, languages=args.language or ("en", "zh"),
@@ -1265,6 +1356,11 @@ def main(argv: List[str] | None = None) -> int:
         return 1 if problems else 0
     elif args.command == "font":
         font()
+    elif args.command == "refs":
+        stale = refs(check=args.check)
+        for path in stale:
+            print(("stale: " if args.check else "rewrote: ") + path.relative_to(ROOT).as_posix())
+        return 1 if (args.check and stale) else 0
     return 0
 
 
