@@ -4,6 +4,7 @@
     python -m experiments run ch12_scaling --where phase=probe # only the learning-rate probe
     python -m experiments run ch12_scaling --where phase=sweep size=0.8M --seeds 3 4
     python -m experiments run ch12_scaling --where phase=dropout   # the dropout phase (not run)
+    python -m experiments run ch12_scaling --where phase=mkn_test  # the MKN-7 crossover, tested
     python -m experiments run ch12_scaling --device cuda       # the same runs on a GPU
     python -m experiments table ch12_scaling --out book/data/ch12_scaling.json
 
@@ -34,6 +35,12 @@ middle of a longer one). The grid is four phases, each a product of its own (a c
   steps that spend ``C*`` (``PREDICTION``; same learning rate), seeds 1-10 (``TEST_SEEDS``).
   Without a stored prediction, ``table`` fits the sweep rows there are, and refuses test runs
   of another size or budget than it predicts (then set ``PREDICTION`` and run them again).
+* ``mkn_test``: the crossover with modified Kneser-Ney's 7-gram, tested. Chapter 12 fits the
+  frontier of every run (sweep and test, compute counting the attention scores too) and
+  predicts that by window start it crosses MKN-7 at 9.7e13 FLOPs (``MKN_PREDICTION``, the
+  chapter's figure as it prints it, made before these runs). The largest size trained for the
+  steps that spend it, seeds never run at that size and budget (``MKN_TEST_SEEDS``). Not in
+  the default grid: ``--where phase=mkn_test`` asks for it.
 * ``dropout``: the sweep's recipe with dropout ``DROPOUT`` in every block, at the sweep's
   rates, seed 0, for what dropout does once the text repeats. Not in the default grid (the
   book has no such runs yet): ``--where phase=dropout`` asks for it.
@@ -183,6 +190,10 @@ SWEEP_SEEDS = {"default": [0, 1, 2], ("1.8M", 600): [0], ("1.8M", 1200): [0],
                ("3.0M", 600): [0], ("3.0M", 1200): [0], ("0.8M", 2400): [0, 1, 2, 3, 4, 5]}
 PREDICTION = {"size": "0.3M", "steps": 3290}  # the book's prediction (see the docstring)
 TEST_SEEDS = list(range(1, 11))
+#: chapter 12's MKN-7 crossover by window start (its fit to every run, attention counted):
+#: 3.0M for the steps whose 6 N D plus attention scores make 9.7e13 FLOPs
+MKN_PREDICTION = {"size": "3.0M", "flops": 9.7e13, "steps": 2491}
+MKN_TEST_SEEDS = [101, 102, 103, 104, 105]
 DROPOUT_SEEDS = [0]
 #: CPU-seconds a training step, one thread (the committed runs of 2,400 steps)
 STEP_SECONDS = {"0.1M": 0.042, "0.3M": 0.091, "0.8M": 0.172, "1.8M": 0.308, "3.0M": 0.455}
@@ -208,6 +219,9 @@ def grid(seeds=None, smoke=False, where=None) -> list[dict]:
              for seed in seeds or SWEEP_SEEDS.get((size, steps), SWEEP_SEEDS["default"])]
     runs += [config("test", PREDICTION["size"], PREDICTION["steps"], seed)
              for seed in seeds or TEST_SEEDS]
+    if where and str(where.get("phase")) == "mkn_test":
+        runs += [config("mkn_test", MKN_PREDICTION["size"], MKN_PREDICTION["steps"], seed)
+                 for seed in seeds or MKN_TEST_SEEDS]
     if where and str(where.get("phase")) == "dropout":
         runs += [config("dropout", size, steps, seed) for size in SIZES for steps in STEPS
                  for seed in seeds or DROPOUT_SEEDS]
