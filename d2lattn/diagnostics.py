@@ -1051,12 +1051,15 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
                   mode: str = "eval", tolerance: Optional[float] = None, seed: int = 0,
                   vocab_size: Optional[int] = None, pooled: Optional[bool] = None,
                   module: Optional[nn.Module] = None, pad_id: Optional[int] = None,
-                  mask_name: Optional[str] = None, input_name: Optional[str] = None,
+                  mask_name: Optional[str] = None, padding_side: str = "right",
+                  mask_convention: str = "keep", input_name: Optional[str] = None,
                   kwargs: Optional[Mapping[str, Any]] = None,
                   output: Output = None, exact: bool = True) -> CheckResult:
     """Check that outputs at valid positions ignore the padding.
 
-    Sequence ``b`` is valid at positions ``0 .. valid_lens[b] - 1``; the rest is padding. First
+    Sequence ``b`` is valid at positions ``0 .. valid_lens[b] - 1`` (with
+    ``padding_side="left"``, as decoders batch their prompts: the last ``valid_lens[b]``
+    positions); the rest is padding. First
     the padded batch is run under ``torch.no_grad()`` and with gradients enabled, which must
     agree (a model that takes another path when ``torch.is_grad_enabled()`` fails). Then
     **exact** (``exact=True``, where the outputs carry a gradient; one backward pass): the
@@ -1065,8 +1068,9 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
     token ids: at the outputs of the ``nn.Embedding`` modules). Then two perturbation tests,
     for what gradients cannot see (a pad id the model looks for, an argmax, NaN).
     **Alone**: each padded sequence with at least one valid position is run alone,
-    without its padding (``inputs[b:b+1, :valid_lens[b]]``), and its outputs at the valid
-    positions (or its pooled output) must equal those it gets in the padded batch: the padding
+    without its padding (``inputs[b:b+1, :valid_lens[b]]``, or its last ``valid_lens[b]``
+    positions with left padding), and its outputs at the valid positions (or its pooled
+    output) must equal those it gets in the padded batch: the padding
     is tested as the model uses it, whatever marks it (``valid_lens``, a mask, or a pad id the
     model looks for). **Content** (skipped when ``pad_id`` is given, since the padding must
     then hold the pad id): the padding is filled with other values (or other token ids) and
@@ -1085,12 +1089,21 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
         mode, tolerance, seed, vocab_size, module: keyword-only; as in :func:`check_causal`.
         pooled: keyword-only; ``None`` (default) reads it from the output shapes: per position
             if the outputs' second axis is T in the batch and the valid length in a sequence
-            run alone, pooled if the outputs have the same shape for every length. Pass True or
-            False to decide yourself.
+            run alone; if the outputs have the same shape for every length, a static length
+            when they are ``(B, S, ...)`` with three axes or more (a model that pads or cuts
+            its outputs to S positions: output q of a sequence run alone is compared with its
+            valid position q in the batch, positions from S on are not compared), pooled when
+            they are ``(B, C)``. Pass True or False to decide yourself (False reads ``(B, S)``
+            outputs of a static length S per position).
         pad_id: keyword-only; for token ids whose padding holds this id (checked), for a model
             that finds its padding by the id; the content test is then skipped.
-        mask_name: keyword-only; pass the padding as this keyword, a ``(B, T)`` int64 mask of 1
-            (valid) and 0 (padding), e.g. ``"attention_mask"``, instead of ``valid_lens``.
+        mask_name, padding_side, mask_convention: keyword-only; as in :func:`check_causal`:
+            pass the padding as the keyword ``mask_name``, a ``(B, T)`` mask (e.g.
+            ``"attention_mask"``), instead of ``valid_lens``: int64 1 = valid (``"keep"``,
+            default) or bool True = padding (``"ignore"``, ``key_padding_mask``); valid
+            positions first (``"right"``, default) or last (``"left"``: a decoder's prompts,
+            padded on the left, which a model that ignores its mask reads at every valid
+            position). ``padding_side`` and ``mask_convention`` need ``mask_name``.
         input_name, kwargs, output: keyword-only; as in :func:`check_causal` (``input_name``
             needs ``mask_name``).
         exact: keyword-only; run the gradient test (default True).
@@ -1105,15 +1118,17 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
     Returns:
         :class:`CheckResult`; ``first_position`` is the first valid position that moved (in
         the first sequence where one did), ``details["deviations"]`` the ``(B, T)`` largest
-        changes of both tests (``(B,)`` when pooled; padded positions hold 0),
-        ``details["sequence"]`` the sequence of the first failure and ``details["pooled"]``
-        how the outputs were read.
+        changes of both tests (``(B,)`` when pooled, ``(B, S)`` with a static length S;
+        padded positions hold 0), ``details["sequence"]`` the sequence of the first failure,
+        ``details["pooled"]`` how the outputs were read and ``details["static"]`` the
+        static length S (``None`` if the outputs follow the input's length).
 
     Raises:
-        ValueError: bad ``model``, ``inputs`` or options as in :func:`check_causal`;
-            ``valid_lens`` not ``(B,)`` integers in ``[0, T]`` or without padding; outputs of
-            another batch size, or whose shape is neither per position nor pooled; padding
-            that does not hold ``pad_id``.
+        ValueError: bad ``model``, ``inputs`` or options as in :func:`check_causal`
+            (``padding_side`` or ``mask_convention`` without ``mask_name``); ``valid_lens``
+            not ``(B,)`` integers in ``[0, T]`` or without padding; outputs of another batch
+            size, or whose shape is neither per position (of the input's length or a static
+            one) nor pooled; padding that does not hold ``pad_id``.
 
     Example:
         >>> mean_over_all = lambda x, lens: x.mean(dim=1)  # pools over the padding too
@@ -1139,16 +1154,21 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
                          "check to change, got all equal to T")
     if pooled is not None and not isinstance(pooled, bool):
         raise ValueError(f"pooled must be None, True or False, got {pooled!r}")
+    _validate_mask_options(padding_side, mask_convention, mask_name)
     lens = valid_lens.to(inputs.device)
-    padding = torch.arange(T, device=inputs.device)[None, :] >= lens[:, None]  # (B, T)
+    padding = _padding_of(lens, T, inputs.device, padding_side)  # (B, T), True = padded
     _check_pad_id(inputs, padding, pad_id)
     name = "check_padding"
     generator = torch.Generator(device=inputs.device).manual_seed(seed)
     run = _runner(model, seed, B, input_name=input_name, kwargs=kwargs, output=output)
 
     def call(x: Tensor, lengths: Tensor) -> Tensor:
-        args, keywords = _lengths_argument(lengths, x.shape[1], x.device, mask_name)
+        args, keywords = _lengths_argument(lengths, x.shape[1], x.device, mask_name,
+                                           padding_side, mask_convention)
         return run(x, *args, **keywords)
+
+    def first(b: int) -> int:  # sequence b's first valid position in the batch
+        return 0 if padding_side == "right" else T - int(lens[b])
 
     num_padded = int((lens < T).sum())
     alone_ids = [b for b in range(B) if 0 < int(lens[b]) < T]
@@ -1156,16 +1176,18 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
         reference = call(inputs, valid_lens)
         alone = {}
         for b in alone_ids:
-            alone[b] = call(inputs[b:b + 1, :int(lens[b])], valid_lens[b:b + 1])
+            alone[b] = call(inputs[b:b + 1, first(b):first(b) + int(lens[b])],
+                            valid_lens[b:b + 1])
             if run.samples and exact:  # type: ignore[attr-defined]
                 alone = {}  # draws depend on the shape: the gradient test speaks instead
                 break
+        shapes = {tuple(out.shape[1:]) for out in alone.values()}
+        same = bool(alone) and shapes == {tuple(reference.shape[1:])}
         if pooled is None:  # read the outputs' shapes
-            shapes = {tuple(out.shape[1:]) for out in alone.values()}
             if not alone:
                 per_position = reference.dim() >= 2 and reference.shape[1] == T
-            elif shapes == {tuple(reference.shape[1:])}:
-                per_position = False  # the same shape for every length: pooled
+            elif same:  # the same shape for every length: (B, C) pooled; (B, S, ...) a
+                per_position = reference.dim() >= 3  # static length S (padded or cut to S)
             elif reference.dim() >= 2 and reference.shape[1] == T and all(
                     out.shape[1] == int(lens[b]) and out.shape[2:] == reference.shape[2:]
                     for b, out in alone.items()):
@@ -1176,12 +1198,25 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
                                  f"{sorted(shapes)} for sequences run alone; pass pooled=")
         else:
             per_position = not pooled
-        if per_position:
+        static = per_position and (same or reference.dim() >= 2 and reference.shape[1] != T)
+        if per_position and not static:
             _check_time_axis(reference, B, T, "check_padding (pooled=False)")
-        tol = _tolerances(reference, tolerance, time_axis=per_position)  # (B, T) or (B,)
+        if static and not same and alone:
+            raise ValueError(f"check_padding (pooled=False) reads outputs of shape "
+                             f"{tuple(reference.shape)} for T = {T} as a static length "
+                             f"{reference.shape[1]}, but the sequences run alone gave "
+                             f"{sorted(shapes)}")
+        S = reference.shape[1] if per_position else 0
+        hint = ("" if per_position or reference.dim() != 2 or not same else
+                f" Outputs per position of a static length S = {reference.shape[1]} (padded "
+                f"or cut to it) are read so with pooled=False.")
+        tol = _tolerances(reference, tolerance, time_axis=per_position)  # (B, S) or (B,)
         scale = _scale(reference, tolerance)
-        valid = ~padding if per_position else torch.ones(B, dtype=torch.bool,
-                                                        device=inputs.device)
+        if per_position:  # the outputs at valid input positions (S may differ from T)
+            valid = torch.zeros(B, S, dtype=torch.bool, device=inputs.device)
+            valid[:, :min(S, T)] = ~padding[:, :min(S, T)]
+        else:
+            valid = torch.ones(B, dtype=torch.bool, device=inputs.device)
         if _non_finite(reference[valid][None] if per_position else reference,
                        nan_only=True) is not None:
             return _not_finite_result(name, "at valid positions", float(tol.min()), "The outputs")
@@ -1208,7 +1243,7 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
                            f"|gradient| {_gradient_words(largest)}; exactly 0 is required): it "
                            f"reads the padding, however little. "
                            f"{int((g != 0).any(dim=1).sum())} of {num_padded} padded sequences "
-                           f"do ({how}).")
+                           f"do ({how}).{hint}")
                 return CheckResult(name, False, message, largest, 0.0, p,
                                    {"deviations": torch.zeros_like(tol).cpu(),
                                     "pooled": not per_position, "sequence": b,
@@ -1216,9 +1251,11 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
         del probe
         alone_dev = torch.zeros_like(tol)
         for b, out in alone.items():
-            L = int(lens[b])
-            if per_position:
-                alone_dev[b, :L] = _deviations(out, reference[b:b + 1, :L], scale=scale)[0]
+            if per_position:  # alone, its output q is that of position first(b) + q
+                f = first(b)
+                n = max(min(int(lens[b]), S - f), 0)
+                alone_dev[b, f:f + n] = _deviations(out[:, :n], reference[b:b + 1, f:f + n],
+                                                    scale=scale)[0]
             else:
                 alone_dev[b] = _deviations(out, reference[b:b + 1], time_axis=False,
                                             scale=scale)[0]
@@ -1227,11 +1264,11 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
             changed = _perturbed(inputs, padding, generator, vocab_size)
             content_dev = _deviations(call(changed, valid_lens), reference, per_position, scale)
             if per_position:
-                content_dev = content_dev.masked_fill(padding, 0.0)
+                content_dev = content_dev.masked_fill(~valid, 0.0)
     dev = torch.maximum(alone_dev, content_dev).cpu()
     tol = tol.cpu()
     details: Dict[str, Any] = {"deviations": dev, "pooled": not per_position,
-                               "exact": exact_ran}
+                               "static": S if static else None, "exact": exact_ran}
     valid = valid.cpu()
     _, largest, tol_there = _nearest(dev[valid], tol[valid])  # padded positions do not count
     what = (f"Filling the padded positions ({num_padded} of {B} sequences have padding) with "
@@ -1242,7 +1279,7 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
         p = int(moved[b].nonzero()[0])
         message = (f"{what} moved the output at valid position {p} of sequence {b} (valid "
                    f"length {int(lens[b])}) by {_fmt(float(content_dev[b, p]))} (tolerance "
-                   f"{_fmt(float(tol[b, p]))}). {int(moved.sum())} of {int(lens.sum())} valid "
+                   f"{_fmt(float(tol[b, p]))}). {int(moved.sum())} of {int(valid.sum())} valid "
                    f"positions moved; {_largest(content_dev.cpu(), tol, how)}.")
         return CheckResult(name, False, message, largest, tol_there, p, {**details, "sequence": b})
     if bool(moved.any()):
@@ -1251,7 +1288,7 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
                    f"{int(lens[b])} of {T}) by {_fmt(float(content_dev[b]))} (tolerance "
                    f"{_fmt(float(tol[b]))}): the pooling reads the padding. {int(moved.sum())} "
                    f"of {num_padded} padded sequences moved; "
-                   f"{_largest(content_dev.cpu(), tol, how)}.")
+                   f"{_largest(content_dev.cpu(), tol, how)}.{hint}")
         return CheckResult(name, False, message, largest, tol_there, None,
                            {**details, "sequence": b})
     moved = alone_dev.cpu() > tol
@@ -1269,9 +1306,9 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
                    f"gave other outputs than in the padded batch: {where} by "
                    f"{_against(by, float(tol[b] if p is None else tol[b, p]))}. The model "
                    f"reads the padding (or, if check_batch_independence fails too, the other "
-                   f"sequences); {_largest(alone_dev.cpu(), tol, how)}.")
+                   f"sequences); {_largest(alone_dev.cpu(), tol, how)}.{hint}")
         return CheckResult(name, False, message, largest, tol_there, p, {**details, "sequence": b})
-    unmoved = (f"the outputs at all {int(lens.sum())} valid positions" if per_position
+    unmoved = (f"the outputs at all {int(valid.sum())} valid positions" if per_position
                else "the pooled outputs")
     tests = f"Each of the {len(alone)} padded sequences run alone, without its padding, " \
             f"gave its outputs in the batch"
@@ -1292,7 +1329,8 @@ def check_batch_independence(model: Model, inputs: Tensor,
                              valid_lens: Optional[Union[Tensor, Sequence[int]]] = None, *,
                              mode: str = "eval", tolerance: Optional[float] = None,
                              seed: int = 0, module: Optional[nn.Module] = None,
-                             mask_name: Optional[str] = None, input_name: Optional[str] = None,
+                             mask_name: Optional[str] = None, padding_side: str = "right",
+                             mask_convention: str = "keep", input_name: Optional[str] = None,
                              kwargs: Optional[Mapping[str, Any]] = None,
                              output: Output = None, exact: bool = True) -> CheckResult:
     """Check that each sequence's outputs ignore the other sequences of the batch.
@@ -1319,7 +1357,8 @@ def check_batch_independence(model: Model, inputs: Tensor,
         valid_lens: optional ``(B,)`` integers in ``[0, T]``; outputs of shape ``(B, T, ...)``
             are then compared at the valid positions only.
         mode, tolerance, seed, module: keyword-only; as in :func:`check_causal`.
-        mask_name: keyword-only; as in :func:`check_padding`.
+        mask_name, padding_side, mask_convention: keyword-only; as in :func:`check_causal`
+            (which positions of each sequence are valid, and how the mask says so).
         input_name, kwargs, output: keyword-only; as in :func:`check_causal`.
         exact: keyword-only; run the gradient test (default True).
 
@@ -1354,6 +1393,7 @@ def check_batch_independence(model: Model, inputs: Tensor,
     _check_batch(inputs)
     _check_options(mode, tolerance, seed)
     _check_call(input_name, mask_name, kwargs, output)
+    _validate_mask_options(padding_side, mask_convention, mask_name)
     B, T = inputs.shape[:2]
     valid_lens = _optional_valid_lens(valid_lens, mask_name, B, T)
     name = "check_batch_independence"
@@ -1363,7 +1403,8 @@ def check_batch_independence(model: Model, inputs: Tensor,
         x = inputs[rows] if x is None else x[rows]
         if valid_lens is None:
             return run(x)
-        args, keywords = _lengths_argument(valid_lens[rows], T, x.device, mask_name)
+        args, keywords = _lengths_argument(valid_lens[rows], T, x.device, mask_name,
+                                           padding_side, mask_convention)
         return run(x, *args, **keywords)
 
     with _held_still(_find_module(model, module), mode, inputs.device) as held, torch.no_grad():
@@ -1373,7 +1414,7 @@ def check_batch_independence(model: Model, inputs: Tensor,
         scale = _scale(reference, tolerance)
         valid = torch.ones(tol.shape, dtype=torch.bool, device=tol.device)
         if time_axis and valid_lens is not None:
-            valid = torch.arange(T, device=tol.device)[None, :] < valid_lens.to(tol.device)[:, None]
+            valid = ~_padding_of(valid_lens, T, tol.device, padding_side)
         if _non_finite(reference[valid][None] if time_axis else reference,
                        nan_only=True) is not None:
             return _not_finite_result(name, "at valid positions", float(tol.min()), "The outputs")
