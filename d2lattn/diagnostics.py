@@ -96,9 +96,11 @@ pangolinn; book chapter "When attention goes wrong".
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import random
 import textwrap
+import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -777,13 +779,14 @@ def check_causal(model: Model, inputs: Tensor,
     device = inputs.device
     generator = torch.Generator(device=device).manual_seed(seed)
     cuts = _sampled(T - 1, samples, torch.Generator().manual_seed(seed))
-    run = _runner(model, seed, B, input_name=input_name, kwargs=kwargs, output=output)
+    run_options = dict(input_name=input_name, kwargs=kwargs, output=output)
+    run = _runner(model, seed, B, **run_options)
     positions = torch.arange(T, device=device)
     padding = (torch.zeros(B, T, dtype=torch.bool, device=device) if valid_lens is None
                else _padding_of(valid_lens, T, device, padding_side))
     valid = ~padding
 
-    def call(x: Tensor) -> Tensor:
+    def call(x: Tensor, run: Callable[..., Tensor] = run) -> Tensor:
         if valid_lens is None:
             return run(x)
         args, keywords = _lengths_argument(valid_lens, T, device, mask_name, padding_side,
@@ -822,20 +825,22 @@ def check_causal(model: Model, inputs: Tensor,
                              "every gradient NaN")
         details["exact"] = exact and (probe.usable or probe.why_not)
         if exact and probe.usable:
-            gradients = torch.zeros(T, dtype=torch.float64, device=device)
-            for c in cuts:
-                ask = valid & (positions <= c)[None, :]
-                if not bool(ask.any()):
-                    continue
-                future = (positions > c)[None, :].expand(B, T)
-                g_all, g_own = probe.influences(ask)  # the padding: each sequence's own
-                g = torch.where(future, g_all, g_own.masked_fill(~padding, 0.0))
-                g = _above_float64_rounding(g, g_all, future | padding, probe.out.dtype)
-                gradients = torch.maximum(gradients, g.amax(dim=0))
-                if bool((g != 0).any()):
-                    return _causal_exact_failure(probe, c, valid, padding, positions, how,
-                                                 details, gradients)
+            found: Dict[int, Tensor] = {}  # the gradients each probe found
+
+            def causal_test(pr: Any) -> Tuple[Optional[int], Optional[int]]:
+                bad, within, found[id(pr)] = _causal_gradients(pr, cuts, valid, padding,
+                                                               positions)
+                return bad, within
+
+            bad, decider, note, details["float64"] = _exact_verdict(
+                causal_test, probe, lambda: _float64_probe(model, module, held, call, inputs,
+                                                           seed, run_options))
+            gradients = found[id(decider)]
+            if bad is not None:
+                return _causal_exact_failure(decider, bad, valid, padding, positions,
+                                             _how(decider, probe, how), details, gradients, note)
             details["gradients"] = gradients.cpu()
+            details["note"] = note
         del probe
         with torch.no_grad():
             # 3. the future: change the inputs after each cut
@@ -882,7 +887,8 @@ def check_causal(model: Model, inputs: Tensor,
                         prefix_first = (c + 1, bad[0])
     deviations = dev.amax(dim=0).cpu()  # (T - 1,)
     details.update({"deviations": deviations, "reads": reads})
-    exact_words = _exact_words(details.get("exact"), len(cuts), T)
+    exact_words = _exact_words(details.get("exact"), len(cuts), T, details.get("float64"),
+                               details.pop("note", ""))
     if not leaking and prefix_dev is not None:
         details["prefix_deviations"] = prefix_dev.amax(dim=0).cpu()
         if prefix_first is not None:
@@ -925,25 +931,154 @@ def check_causal(model: Model, inputs: Tensor,
     return CheckResult(name, False, message, largest, tol_there, p, details)
 
 
-def _above_float64_rounding(g: Tensor, g_all: Tensor, forbidden: Tensor,
-                            dtype: torch.dtype) -> Tensor:
-    """``g`` with the entries at most 64 units in the last place of the largest allowed
-    gradient set to 0, in float64 only: a model computed through an FFT (a causal convolution
-    by the convolution theorem) has gradients of size 1e-16 where it has none in exact
-    arithmetic. In other dtypes every non-zero counts (run a float64 copy of such a model)."""
-    if dtype != torch.float64:
-        return g
+#: A gradient at most this many units in the last place of the dtype of the largest allowed
+#: one may be rounding (an FFT gives such gradients where exact arithmetic gives 0).
+_ROUNDING_ULPS = 64
+
+
+def _above_rounding(g: Tensor, g_all: Tensor, forbidden: Tensor, dtype: torch.dtype) -> Tensor:
+    """``g`` with the entries at most :data:`_ROUNDING_ULPS` units in the last place of
+    ``dtype`` of the largest allowed gradient (``g_all`` where not ``forbidden``) set to 0: a
+    model computed through an FFT (a causal convolution by the convolution theorem) has
+    gradients of that size where it has none in exact arithmetic. In float64 such a gradient
+    is rounding; in another dtype it is undecided (a leak of LayerScale's 1e-6 is as small in
+    float32), and a float64 copy of the model decides (:func:`_float64_twin`)."""
     allowed = g_all.masked_fill(forbidden, 0.0)
     allowed = torch.where(torch.isfinite(allowed), allowed, torch.zeros_like(allowed))
-    floor = 64 * torch.finfo(torch.float64).eps * float(allowed.max())
+    eps = torch.finfo(dtype).eps if dtype.is_floating_point else 0.0
+    floor = _ROUNDING_ULPS * eps * float(allowed.max())
     return torch.where(g.abs() <= floor, torch.zeros_like(g), g)
 
 
-def _exact_words(exact: Any, num_cuts: int, T: int) -> str:
+def _above_float64_rounding(g: Tensor, g_all: Tensor, forbidden: Tensor,
+                            dtype: torch.dtype) -> Tensor:
+    """:func:`_above_rounding` in float64 only (where it decides); in other dtypes every
+    non-zero counts."""
+    return _above_rounding(g, g_all, forbidden, dtype) if dtype == torch.float64 else g
+
+
+def _float64_twin(model: Model, module: Optional[nn.Module], held: _Held
+                  ) -> Tuple[Optional[Model], Optional[str]]:
+    """The model in float64, to decide gradients within the rounding of a lower precision:
+    a deep copy of the ``nn.Module`` (or of the module a bound method belongs to), never the
+    caller's; a function that calls no module with floating parameters or buffers as it is
+    (its float64 inputs make it float64). ``(None, why)`` when no copy can be made: a function
+    of modules (the check cannot swap them for copies)."""
+    owner = model if isinstance(model, nn.Module) else getattr(model, "__self__", None)
+    if isinstance(owner, nn.Module):
+        if module is not None and all(m is not module for m in owner.modules()):
+            return None, ("module= is not part of the model, so a copy of the model would "
+                          "still use it")
+        held.reset_buffers()
+        try:
+            twin = copy.deepcopy(owner).double()
+        except Exception as error:  # noqa: BLE001  (an attribute deepcopy cannot copy)
+            return None, f"copying the model raised {type(error).__name__}"
+        if owner is model:
+            return twin, None
+        return types.MethodType(model.__func__, twin), None  # type: ignore[union-attr]
+    tensors = [t for m in held.roots for t in list(m.parameters()) + list(m.buffers())]
+    if module is None and not any(t.is_floating_point() for t in tensors):
+        return model, None
+    return None, ("the model is a function that calls modules, which the check cannot swap "
+                  "for float64 copies; pass the nn.Module itself")
+
+
+def _float64_probe(model: Model, module: Optional[nn.Module], held: _Held,
+                   call: Callable[..., Tensor], inputs: Tensor, seed: int,
+                   run_options: Mapping[str, Any]) -> Tuple[Optional[Any], Optional[str]]:
+    """The gradient probe (:class:`d2lattn._jacobian.Probe`) of a float64 copy of the model
+    (:func:`_float64_twin`) on float64 copies of the inputs, ``call(x, run)`` calling it as
+    the check calls the model; ``(None, why)`` when there is none."""
+    twin, why = _float64_twin(model, module, held)
+    if twin is None:
+        return None, why
+    run64 = _runner(twin, seed, inputs.shape[0], **run_options)
+    x = inputs.double() if inputs.is_floating_point() else inputs
+    try:
+        probe = _jacobian.Probe(lambda x: call(x, run64), x,
+                                torch.Generator(device=inputs.device).manual_seed(seed + 2))
+    except Exception as error:  # noqa: BLE001  (a model that runs in its own dtype only)
+        return None, f"the float64 copy raised {type(error).__name__}"
+    if probe.out.dtype != torch.float64:
+        return None, f"the float64 copy returned {probe.out.dtype}"
+    if not probe.usable:
+        return None, str(probe.why_not)
+    return probe, None
+
+
+def _undecided(dtype: torch.dtype, why: Optional[str]) -> str:
+    """Why a gradient within rounding still fails: no float64 copy could decide."""
+    return (f" Every such gradient is within the rounding of {dtype} (at most "
+            f"{_ROUNDING_ULPS} units in the last place of the largest allowed one), as an FFT "
+            f"gives them too; a float64 copy of the model would decide, but {why}.")
+
+
+def _how(decider: Any, probe: Any, how: str) -> str:
+    """The conditions of a verdict the float64 copy gave (``decider`` is not ``probe``)."""
+    if decider is probe:
+        return how
+    why = ("could have underflowed" if probe.out.dtype == torch.float16 else
+           "were within rounding")
+    return f"{how}; in a float64 copy of the model, because the {probe.out.dtype} gradients {why}"
+
+
+def _exact_verdict(test: Callable[[Any], Tuple[Any, Any]], probe: Any,
+                   float64_probe: Callable[[], Tuple[Optional[Any], Optional[str]]]
+                   ) -> Tuple[Any, Any, str, bool]:
+    """The exact test's verdict: ``test(probe)`` gives ``(bad, within)``, what has a gradient
+    beyond rounding (``None`` if nothing) and what has one within rounding only. Within
+    rounding, and for every float16 pass (whose gradients below 2**-24 = 6.0e-08 underflow to
+    0), a float64 copy of the model decides (``float64_probe()``, see :func:`_float64_probe`).
+    Returns ``(bad, the probe that decided, a note for the message, whether float64
+    decided)``; a gradient within rounding that no float64 copy could decide fails."""
+    bad, within = test(probe)
+    dtype = probe.out.dtype
+    if bad is not None or (within is None and dtype != torch.float16):
+        return bad, probe, "", False
+    probe64, why = float64_probe()
+    if probe64 is None:
+        if within is not None:
+            return within, probe, _undecided(dtype, why), False
+        return None, probe, (f" The gradients were taken in float16, where those below "
+                             f"6.0e-08 underflow to 0; a float64 copy of the model would see "
+                             f"them, but {why}."), False
+    bad, _ = test(probe64)
+    return bad, probe64, "", True
+
+
+def _causal_gradients(probe: Any, cuts: Sequence[int], valid: Tensor, padding: Tensor,
+                      positions: Tensor) -> Tuple[Optional[int], Optional[int], Tensor]:
+    """The exact test of :func:`check_causal` on ``probe``: the first cut whose outputs have
+    a gradient after it (or at the padding) beyond rounding (:func:`_above_rounding`), the
+    first whose have one only within rounding, and the ``(T,)`` largest gradient beyond
+    rounding at each input position."""
+    B, T = valid.shape
+    gradients = torch.zeros(T, dtype=torch.float64, device=valid.device)
+    within = None
+    for c in cuts:
+        ask = valid & (positions <= c)[None, :]
+        if not bool(ask.any()):
+            continue
+        future = (positions > c)[None, :].expand(B, T)
+        g_all, g_own = probe.influences(ask)  # the padding: each sequence's own
+        g = torch.where(future, g_all, g_own.masked_fill(~padding, 0.0))
+        beyond = _above_rounding(g, g_all, future | padding, probe.out.dtype)
+        gradients = torch.maximum(gradients, beyond.amax(dim=0))
+        if bool((beyond != 0).any()):
+            return c, within, gradients
+        if within is None and probe.out.dtype != torch.float64 and bool((g != 0).any()):
+            within = c
+    return None, within, gradients
+
+
+def _exact_words(exact: Any, num_cuts: int, T: int, float64: Any = None,
+                 note: str = "") -> str:
     """The gradient test's part of a pass message."""
     if exact is True:
+        decided = ("; decided in a float64 copy of the model" if float64 else "")
         return (f"Exact: the gradient of the outputs at 0..t with respect to every input "
-                f"after t is exactly 0 (at {num_cuts} cuts t). ")
+                f"after t is exactly 0 (at {num_cuts} cuts t{decided}).{note} ")
     if isinstance(exact, str):
         return f"The gradient test could not run ({exact}). "
     return ""
@@ -951,7 +1086,7 @@ def _exact_words(exact: Any, num_cuts: int, T: int) -> str:
 
 def _causal_exact_failure(probe: Any, c: int, valid: Tensor, padding: Tensor,
                           positions: Tensor, how: str, details: Dict[str, Any],
-                          gradients: Tensor) -> CheckResult:
+                          gradients: Tensor, note: str = "") -> CheckResult:
     """The result when the outputs at ``0..c`` have a non-zero gradient after ``c`` (or at
     the padding): the first position that does, found with one backward pass per position
     (at most 64), and what it reads."""
@@ -964,6 +1099,7 @@ def _causal_exact_failure(probe: Any, c: int, valid: Tensor, padding: Tensor,
             continue
         g_all, g_own = probe.influences(ask)
         future = (positions > t)[None, :].expand_as(g_all)
+        g_own = _above_float64_rounding(g_own, g_all, future | padding, probe.out.dtype)
         g_all = _above_float64_rounding(g_all, g_all, future | padding, probe.out.dtype)
         if bool((g_all[future] != 0).any()):
             p, g = t, g_all.masked_fill(~future, 0.0)
@@ -983,23 +1119,23 @@ def _causal_exact_failure(probe: Any, c: int, valid: Tensor, padding: Tensor,
     if p is not None and p < T - 1:
         deviations[p] = largest  # the gradient test stops at the first leaking position
     details = {**details, "reads": reads, "gradients": per_position,
-               "exact": True, "deviations": deviations}
+               "exact": True, "deviations": deviations, "undecided": bool(note)}
     grad = _fmt(largest).replace(" (NaN or an infinity)", " or NaN")
     if p is None:
         message = (f"The outputs at positions 0-{c} have a non-zero gradient with respect to "
                    f"the inputs at {_positions(reads)} after them or at the padding (largest "
-                   f"|gradient| {grad}; exactly 0 is required) ({how}).")
+                   f"|gradient| {grad}; exactly 0 is required) ({how}).{note}")
         return CheckResult(name, False, message, largest, 0.0, None, details)
     if kind == "padding":
         message = (f"The output at valid position {p} has a non-zero gradient with respect to "
                    f"the padded {_positions(reads)} (largest |gradient| {grad}; exactly 0 is "
                    f"required): it reads the padding, so the mask misses it (a causal mask "
                    f"combined with the padding mask by | instead of &, or padding on the other "
-                   f"side than the mask assumes) ({how}).")
+                   f"side than the mask assumes) ({how}).{note}")
     else:
         message = (f"The output at position {p} has a non-zero gradient with respect to the "
                    f"inputs after it (largest |gradient| {grad}; exactly 0 is required): it "
-                   f"reads {_positions(reads)}. It reads the future, however little ({how}).")
+                   f"reads {_positions(reads)}. It reads the future, however little ({how}).{note}")
     return CheckResult(name, False, message, largest, 0.0, p, details)
 
 
@@ -1041,6 +1177,35 @@ def _first_reader(probe: Any, b: int, valid: Tensor, forbidden: Tensor, time_axi
     ask = torch.zeros_like(valid)
     ask[b] = valid[b]
     return None, probe.influence(ask, per_sequence=per_sequence).masked_fill(~forbidden, 0.0)
+
+
+def _padding_gradients(probe: Any, valid: Tensor, padding: Tensor) -> Tuple[Tensor, Tensor]:
+    """The exact test of :func:`check_padding` on ``probe``: the ``(B, T)`` gradient of the
+    ``valid`` outputs at the padded inputs beyond rounding (:func:`_above_rounding`), and all
+    of it."""
+    g_all = probe.influence(valid, per_sequence=True)
+    g = g_all.masked_fill(~padding, 0.0)
+    return _above_rounding(g, g_all, padding, probe.out.dtype), g
+
+
+def _batch_gradients(probe: Any, tested: Sequence[int], valid: Tensor, time_axis: bool
+                     ) -> Tuple[Optional[int], Optional[int]]:
+    """The exact test of :func:`check_batch_independence` on ``probe``: the first tested
+    sequence whose outputs have a gradient at another sequence's inputs beyond rounding
+    (:func:`_above_rounding`), and the first with one only within rounding."""
+    B, T = probe.B, probe.T
+    rows = torch.arange(B, device=valid.device)[:, None]
+    within = None
+    for b in tested:
+        ask = valid & (rows == b) if time_axis else (rows[:, 0] == b)
+        g = probe.influence(ask, per_sequence=True)
+        others = (rows != b).expand(B, T)
+        beyond = _above_rounding(g.masked_fill(~others, 0.0), g, others, probe.out.dtype)
+        if bool((beyond != 0).any()):
+            return b, within
+        if within is None and probe.out.dtype != torch.float64 and bool((g[others] != 0).any()):
+            within = b
+    return None, within
 
 
 def _gradient_words(g: float) -> str:
@@ -1160,9 +1325,10 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
     _check_pad_id(inputs, padding, pad_id)
     name = "check_padding"
     generator = torch.Generator(device=inputs.device).manual_seed(seed)
-    run = _runner(model, seed, B, input_name=input_name, kwargs=kwargs, output=output)
+    run_options = dict(input_name=input_name, kwargs=kwargs, output=output)
+    run = _runner(model, seed, B, **run_options)
 
-    def call(x: Tensor, lengths: Tensor) -> Tensor:
+    def call(x: Tensor, lengths: Tensor, run: Callable[..., Tensor] = run) -> Tensor:
         args, keywords = _lengths_argument(lengths, x.shape[1], x.device, mask_name,
                                            padding_side, mask_convention)
         return run(x, *args, **keywords)
@@ -1227,11 +1393,21 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
         if failed is not None:
             return failed
         exact_ran: Any = exact and (probe.usable or probe.why_not)
+        float64, note = False, ""
         if exact and probe.usable:  # the gradient at the padding must be exactly 0
-            g = probe.influence(valid, per_sequence=True).masked_fill(~padding, 0.0)
+            def padding_test(pr: Any) -> Tuple[Optional[Tensor], Optional[Tensor]]:
+                g_beyond, g = _padding_gradients(pr, valid, padding)
+                return (g_beyond if bool((g_beyond != 0).any()) else None,
+                        g if pr.out.dtype != torch.float64 and bool((g != 0).any()) else None)
+
+            bad, decider, note, float64 = _exact_verdict(
+                padding_test, probe, lambda: _float64_probe(
+                    model, module, held, lambda x, run: call(x, valid_lens, run), inputs, seed,
+                    run_options))
+            g = torch.zeros_like(padding, dtype=torch.float64) if bad is None else bad
             if bool((g != 0).any()):
                 b = int((g != 0).any(dim=1).nonzero()[0])
-                p, g_b = _first_reader(probe, b, valid, padding, per_position)
+                p, g_b = _first_reader(decider, b, valid, padding, per_position)
                 read = g_b[b].cpu()
                 largest = float(read.max())
                 where = (f"The output at valid position {p} of sequence {b}" if p is not None
@@ -1243,11 +1419,12 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
                            f"|gradient| {_gradient_words(largest)}; exactly 0 is required): it "
                            f"reads the padding, however little. "
                            f"{int((g != 0).any(dim=1).sum())} of {num_padded} padded sequences "
-                           f"do ({how}).{hint}")
+                           f"do ({_how(decider, probe, how)}).{note}{hint}")
                 return CheckResult(name, False, message, largest, 0.0, p,
                                    {"deviations": torch.zeros_like(tol).cpu(),
                                     "pooled": not per_position, "sequence": b,
-                                    "gradients": g.cpu(), "exact": True})
+                                    "gradients": g.cpu(), "exact": True,
+                                    "undecided": bool(note)})
         del probe
         alone_dev = torch.zeros_like(tol)
         for b, out in alone.items():
@@ -1268,7 +1445,8 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
     dev = torch.maximum(alone_dev, content_dev).cpu()
     tol = tol.cpu()
     details: Dict[str, Any] = {"deviations": dev, "pooled": not per_position,
-                               "static": S if static else None, "exact": exact_ran}
+                               "static": S if static else None, "exact": exact_ran,
+                               "float64": float64}
     valid = valid.cpu()
     _, largest, tol_there = _nearest(dev[valid], tol[valid])  # padded positions do not count
     what = (f"Filling the padded positions ({num_padded} of {B} sequences have padding) with "
@@ -1317,8 +1495,9 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
     else:
         tests += f" (padding holds pad_id = {pad_id}, so it was not refilled)"
     if exact_ran is True:
+        decided = " (decided in a float64 copy of the model)" if float64 else ""
         tests = ("Exact: the gradient of the outputs at the valid positions with respect to "
-                 "every padded input is exactly 0. " + tests)
+                 f"every padded input is exactly 0{decided}.{note} " + tests)
     elif isinstance(exact_ran, str):
         tests = f"The gradient test could not run ({exact_ran}). " + tests
     message = f"{tests}; {_largest(dev[valid], tol[valid], how)}."
@@ -1397,9 +1576,11 @@ def check_batch_independence(model: Model, inputs: Tensor,
     B, T = inputs.shape[:2]
     valid_lens = _optional_valid_lens(valid_lens, mask_name, B, T)
     name = "check_batch_independence"
-    run = _runner(model, seed, B, input_name=input_name, kwargs=kwargs, output=output)
+    run_options = dict(input_name=input_name, kwargs=kwargs, output=output)
+    run = _runner(model, seed, B, **run_options)
 
-    def call(rows: Union[slice, Tensor], x: Optional[Tensor] = None) -> Tensor:
+    def call(rows: Union[slice, Tensor], x: Optional[Tensor] = None,
+             run: Callable[..., Tensor] = run) -> Tensor:
         x = inputs[rows] if x is None else x[rows]
         if valid_lens is None:
             return run(x)
@@ -1426,27 +1607,32 @@ def check_batch_independence(model: Model, inputs: Tensor,
             return failed
         exact_ran: Any = exact and (probe.usable or probe.why_not)
         tested = _sampled(B, 8, torch.Generator().manual_seed(seed))
+        float64, note = False, ""
         if exact and probe.usable:
-            rows = torch.arange(B, device=inputs.device)[:, None]
-            for b in tested:
+            bad, decider, note, float64 = _exact_verdict(
+                lambda pr: _batch_gradients(pr, tested, valid, time_axis), probe,
+                lambda: _float64_probe(model, module, held, lambda x, run: call(
+                    slice(0, B), x, run), inputs, seed, run_options))
+            if bad is not None:
+                b = bad
+                rows = torch.arange(B, device=inputs.device)[:, None]
                 ask = valid & (rows == b) if time_axis else (rows[:, 0] == b)
-                g = probe.influence(ask, per_sequence=True)
                 others = (rows != b).expand(B, T)
-                if bool((g[others] != 0).any()):
-                    p, g_b = _first_reader(probe, b, valid if time_axis else ask, others,
-                                           time_axis)
-                    read = (g_b != 0).any(dim=1).nonzero().flatten().tolist()
-                    largest = float(g_b.max())
-                    at = f" at position {p}" if p is not None else ""
-                    message = (f"The outputs of sequence {b}{at} have a non-zero gradient with "
-                               f"respect to the inputs of sequence"
-                               f"{'s' if len(read) > 1 else ''} {_spans(read)} of the batch "
-                               f"of {B} (largest |gradient| {_gradient_words(largest)}; "
-                               f"exactly 0 is required): they read other sequences, however "
-                               f"little ({how}).")
-                    return CheckResult(name, False, message, largest, 0.0, p,
-                                       {"deviations": torch.zeros(B, dtype=torch.float64),
-                                        "sequence": b, "reads": read, "exact": True})
+                p, g_b = _first_reader(decider, b, valid if time_axis else ask, others,
+                                       time_axis)
+                read = (g_b != 0).any(dim=1).nonzero().flatten().tolist()
+                largest = float(g_b.max())
+                at = f" at position {p}" if p is not None else ""
+                message = (f"The outputs of sequence {b}{at} have a non-zero gradient with "
+                           f"respect to the inputs of sequence"
+                           f"{'s' if len(read) > 1 else ''} {_spans(read)} of the batch "
+                           f"of {B} (largest |gradient| {_gradient_words(largest)}; "
+                           f"exactly 0 is required): they read other sequences, however "
+                           f"little ({_how(decider, probe, how)}).{note}")
+                return CheckResult(name, False, message, largest, 0.0, p,
+                                   {"deviations": torch.zeros(B, dtype=torch.float64),
+                                    "sequence": b, "reads": read, "exact": True,
+                                    "undecided": bool(note)})
         del probe
         dev = torch.zeros_like(tol)
         samples = bool(run.samples)  # type: ignore[attr-defined]
@@ -1467,7 +1653,7 @@ def check_batch_independence(model: Model, inputs: Tensor,
     moved = dev > tol
     per_sequence = dev.flatten(1).amax(dim=1) if dev.dim() == 2 else dev
     details: Dict[str, Any] = {"deviations": per_sequence, "exact": exact_ran,
-                               "tested": tested, "order": order}
+                               "tested": tested, "order": order, "float64": float64}
     _, largest, tol_there = _nearest(dev, tol)
     if not bool(moved.any()):
         valid = valid.cpu()
@@ -1475,8 +1661,9 @@ def check_batch_independence(model: Model, inputs: Tensor,
         if exact_ran is True:
             which = f"any of the {B} sequences" if len(tested) == B else \
                 f"{len(tested)} of the {B} sequences"
+            decided = " (decided in a float64 copy of the model)" if float64 else ""
             words = (f"Exact: the gradient of the outputs of {which} with respect to every "
-                     f"other sequence is exactly 0. ")
+                     f"other sequence is exactly 0{decided}.{note} ")
         elif isinstance(exact_ran, str):
             words = f"The gradient test could not run ({exact_ran}). "
         if samples and exact_ran is True:

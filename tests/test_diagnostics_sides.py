@@ -184,3 +184,137 @@ def test_static_length_of_two_axes_needs_pooled_false():
     assert result.passed and result.details["static"] == 12, result.message
     leaky = lambda x, lens: leaks(x, lens)[..., 0]  # noqa: E731
     assert not check_padding(leaky, seeded(), LENS, pooled=False)
+
+
+# --- rounding is no leak: decided in a float64 copy of the model -------------------------------
+
+def fft_causal_convolution(x, kernel):
+    """y_t = sum_j kernel_j x_{t-j}, by the convolution theorem (zero padded)."""
+    T, n = x.shape[1], 2 * x.shape[1] + kernel.numel()
+    X = torch.fft.rfft(x, n=n, dim=1)
+    K = torch.fft.rfft(kernel.to(x.dtype), n=n)[None, :, None]
+    return torch.fft.irfft(X * K, n=n, dim=1)[:, :T]
+
+
+class FFTConvolution(nn.Module):
+    """A causal convolution computed by FFT, its kernel a Parameter; ``leak`` adds a
+    LayerScale-sized read of the whole sequence (as small as the FFT's rounding in float32)."""
+
+    def __init__(self, leak=0.0, size=5):
+        super().__init__()
+        self.kernel = nn.Parameter(torch.randn(size, generator=torch.Generator().manual_seed(0)))
+        self.leak = leak
+
+    def forward(self, x):
+        return fft_causal_convolution(x, self.kernel) + self.leak * x.mean(dim=1, keepdim=True)
+
+
+def test_fft_causal_convolution_in_float32_passes():
+    model = FFTConvolution()
+    result = check_causal(model, seeded())
+    assert result.passed and result.details.get("float64") is True, result.message
+    assert "float64 copy" in text(result)
+    assert model.kernel.dtype == torch.float32  # the caller's model is not touched
+    # a function of its inputs alone is run on float64 inputs
+    kernel = model.kernel.detach()
+    assert check_causal(lambda x: fft_causal_convolution(x, kernel), seeded())
+
+
+@pytest.mark.parametrize("leak", [1e-6, 1e-5])
+def test_leak_as_small_as_float32_rounding_still_fails(leak):
+    result = check_causal(FFTConvolution(leak=leak), seeded())
+    assert not result.passed and result.first_position == 0, result.message
+    assert "float64 copy" in text(result) and result.tolerance == 0.0, result.message
+
+
+def test_undecidable_rounding_fails_and_says_why():
+    model = FFTConvolution()
+    result = check_causal(lambda x: model(x), seeded())  # a function of a module: no copy
+    assert not result.passed and result.details["undecided"], result.message
+    assert "pass the nn.Module itself" in text(result), result.message
+
+
+class PaddedFFTConvolution(FFTConvolution):
+    """The causal FFT convolution under right padding: the valid outputs read the padding
+    only through the FFT's rounding (``leak``: through a read of the whole sequence)."""
+
+    def forward(self, x, valid_lens):
+        return super().forward(x)
+
+
+def test_fft_rounding_is_no_padding_leak():
+    result = check_padding(PaddedFFTConvolution(), seeded(), LENS)
+    assert result.passed and result.details["float64"] is True, result.message
+    bad = check_padding(PaddedFFTConvolution(leak=1e-6), seeded(), LENS)
+    assert not bad.passed and "float64 copy" in text(bad), bad.message
+
+
+class BatchFFT(nn.Module):
+    """The identity over the batch computed by FFT along the batch axis: every sequence
+    reads the others only through rounding (``leak``: through the batch's mean)."""
+
+    def __init__(self, leak=0.0):
+        super().__init__()
+        self.scale, self.leak = nn.Parameter(torch.tensor(1.5)), leak
+
+    def forward(self, x):
+        y = torch.fft.irfft(torch.fft.rfft(x, dim=0), n=x.shape[0], dim=0) * self.scale
+        return y + self.leak * x.mean(dim=0, keepdim=True)
+
+
+def test_fft_rounding_is_no_batch_leak():
+    X = seeded(B=5)
+    result = check_batch_independence(BatchFFT(), X)
+    assert result.passed and result.details["float64"] is True, result.message
+    bad = check_batch_independence(BatchFFT(leak=1e-6), X)
+    assert not bad.passed and "float64 copy" in text(bad), bad.message
+    model = BatchFFT()
+    undecided = check_batch_independence(lambda x: model(x), X)
+    assert not undecided.passed and undecided.details["undecided"], undecided.message
+
+
+# --- half precision: float16 gradients underflow, a float64 copy decides ------------------------
+
+class Causal(nn.Module):
+    """One head of causal self-attention; ``leak`` reads the whole sequence's mean, and the
+    outputs are scaled by ``out_scale`` (small outputs make small gradients)."""
+
+    def __init__(self, leak=0.0, out_scale=1.0, d=D):
+        super().__init__()
+        torch.manual_seed(1)
+        self.qkv, self.out = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.leak, self.out_scale = leak, out_scale
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, T, C)
+        return (self.out(y) + self.leak * x.mean(dim=1, keepdim=True)) * self.out_scale
+
+
+def test_float16_leak_whose_gradients_underflow_fails():
+    model = Causal(leak=1e-5, out_scale=1e-3).half()
+    result = check_causal(model, seeded().half())
+    assert not result.passed and "float64 copy" in text(result), result.message
+    assert "underflowed" in text(result)
+    assert next(model.parameters()).dtype == torch.float16  # the caller's model untouched
+    good = check_causal(Causal(out_scale=1e-3).half(), seeded().half())
+    assert good.passed and good.details["float64"] is True, good.message
+
+
+def test_float16_pass_without_a_copy_says_what_it_cannot_see():
+    model = Causal(out_scale=1e-3).half()
+    result = check_causal(lambda x: model(x), seeded().half())
+    assert result.passed and "underflow to 0" in text(result), result.message
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_padding_and_batch_decided_in_float64(dtype):
+    block = Encoder().to(dtype)
+    options = dict(mask_name="attention_mask", padding_side="left")
+    result = check_padding(block, seeded().to(dtype), LENS, **options)
+    assert result.passed, result.message
+    assert result.details["float64"] is (dtype == torch.float16), result.message
+    assert not check_padding(Encoder(bug="right").to(dtype), seeded().to(dtype), LENS,
+                             **options)
+    assert check_batch_independence(block, seeded().to(dtype), LENS, **options)
