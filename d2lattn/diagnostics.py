@@ -62,8 +62,21 @@ How the checks keep out of the way (the same for all of them):
   ``check_batch_independence`` first run the model with gradients enabled as well as under
   ``no_grad`` (the two must agree), then demand that the gradient of the outputs that must not
   depend on an input be *exactly* zero there (see :mod:`d2lattn._jacobian`): no tolerance, so a
-  leak of any size fails and rounding cannot raise a false alarm. The perturbation tests stay
-  for what gradients cannot see (argmax, integer paths, NaN, the length).
+  leak of any size fails. Rounding almost never makes a zero non-zero; a computation that
+  mixes every position on the way, such as a causal convolution by FFT, leaves gradients of
+  the size of rounding (about 1e-7 of the largest allowed one in float32) where exact
+  arithmetic gives 0. A non-zero gradient within 64 units in the last place of the model's
+  dtype (of the largest allowed gradient) is therefore decided in a **float64 copy** of the
+  model: in float64 such a gradient is rounding, in float32, float16 or bfloat16 it may be a
+  leak as small (LayerScale's 1e-6), so the check deep-copies the ``nn.Module`` (never the
+  caller's), casts it with ``.double()``, runs it on float64 inputs and gives that run's
+  verdict. A float16 pass is confirmed the same way, because float16 gradients below 6e-8
+  underflow to 0. A function that calls no module with floating tensors is run as it is on
+  float64 inputs; where no copy can be made (a function of modules: pass the module itself,
+  or with ``module=`` a module outside the model) a gradient within rounding fails and a
+  float16 pass says what it cannot see. A model that casts to a fixed dtype inside
+  (``x.float()``) stays at that precision in the copy. The perturbation tests stay for what
+  gradients cannot see (argmax, integer paths, NaN, the length).
 - **Models that sample.** A model that draws random numbers gets the same generator state in
   every run; where its draws depend on the tensor's shape, the tests whose runs have another
   shape (prefixes, sequences alone, a shuffled batch) are skipped and the gradient test speaks.
@@ -82,10 +95,23 @@ instead of ``valid_lens`` as the second positional argument.
 **What a pass means.** A check tests the model on the inputs it is given, with the changes it
 makes: a pass says that the gradients it asked for were exactly zero (where the model is
 differentiable; each check's docstring says which it samples) and that those changes moved
-nothing beyond the tolerance. It does not prove the
-property for other inputs, lengths, dtypes or modes: a leak that appears only for sequences
-longer than the example, for some tokens, or only in training mode needs inputs (and a mode)
-that reach it.
+nothing beyond the tolerance. It does not prove the property for other inputs, lengths, dtypes
+or modes. Three leaks that no default reaches, each with what reaches it:
+
+- *A leak only past the length of the example* (a sliding window wider than T, a cache or a
+  position table that misbehaves beyond some length): the checks run at the T of ``inputs``,
+  so pass inputs as long as the longest the model serves (its ``block_size``); at T = 512 the
+  cost of ``check_causal`` is the same number of runs as at T = 16, and ``samples=`` sets how
+  many cuts it tries.
+- *A leak only on repeated tokens* (a model that copies from an earlier occurrence of the
+  current token, an induction head gone wrong): the changed inputs are random ids, which
+  rarely repeat, and the exact test is taken at the inputs you pass, so pass ``inputs`` that
+  hold the repeats (real text, or a sequence followed by itself, ``x.repeat(1, 2)``);
+  ``vocab_size=`` sets the range the changed ids are drawn from.
+- *A leak only in training mode* (BatchNorm's batch statistics, a length leak in a branch
+  that runs only when ``self.training``): the checks run in eval mode, so pass
+  ``mode="train"``; ``check_causal``'s length test is then off (dropout draws its masks by the
+  tensor's shape), so a model with dropout 0 needs ``prefix=True`` as well.
 
 Source: the bugs readers report in the issue trackers of widely read attention code (causal
 masks missing or off by one, padding leaking, heads split without a transpose, KV caches that
@@ -666,7 +692,9 @@ def check_causal(model: Model, inputs: Tensor,
        ``nn.Embedding`` modules). No tolerance: a leak of any size (LayerScale at 1e-6, a soft
        mask ``scores + log(mask + 1e-7)``, outputs of size 1e-6, a leak beside a feature of
        size 1e8, a leak only in the backward pass) fails, and reduced matmul precision cannot
-       raise a false alarm.
+       raise a false alarm. Gradients within the rounding of the model's dtype (an FFT's),
+       and a float16 pass, are decided in a float64 copy of the model (see the module's
+       notes), which costs one more run and backward passes.
     3. **The future** (perturbation): for each cut, every input after c is changed (random
        values for floats, other token ids for integers) and the outputs at ``0..c`` are
        compared with the reference under the tolerance. This sees what gradients cannot: an
@@ -689,7 +717,10 @@ def check_causal(model: Model, inputs: Tensor,
     ``0..c`` has a non-zero derivative with respect to any input after c (nor any padded input),
     whatever its size; and changing the inputs after c, or cutting them off, moved no output
     at ``0..c`` beyond the tolerance. It is not a proof for other inputs, other cuts, longer
-    sequences or the other mode.
+    sequences or the other mode: a leak only past the example's T needs ``inputs`` that long
+    (the cost does not grow with T), one only on repeated tokens needs ``inputs`` that repeat,
+    and one only in training mode ``mode="train"`` (with ``prefix=True`` for a length leak
+    there, when the model has no dropout).
 
     Args:
         model: ``model(inputs)`` (with ``valid_lens``: ``model(inputs, valid_lens)`` or
@@ -1277,8 +1308,10 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
     the padding changed.
 
     **What a pass means.** Exactly, at these inputs: no valid output has a non-zero derivative
-    with respect to any padded input; and the sequences run alone, and the batch with other
-    padding, gave the same valid outputs within the tolerance.
+    with respect to any padded input (gradients within rounding, and a float16 pass, decided
+    in a float64 copy of the model, see the module's notes); and the sequences run alone, and
+    the batch with other padding, gave the same valid outputs within the tolerance. Padding on
+    the other side needs ``padding_side=``, a leak only in training mode ``mode="train"``.
 
     Returns:
         :class:`CheckResult`; ``first_position`` is the first valid position that moved (in
@@ -1545,8 +1578,10 @@ def check_batch_independence(model: Model, inputs: Tensor,
     sequence and one shuffled run of the batch.
 
     **What a pass means.** Exactly, at these inputs: no tested sequence's outputs have a
-    non-zero derivative with respect to another sequence's inputs; and alone, or shuffled,
-    every sequence got its outputs within the tolerance.
+    non-zero derivative with respect to another sequence's inputs (gradients within rounding,
+    and a float16 pass, decided in a float64 copy of the model, see the module's notes); and
+    alone, or shuffled, every sequence got its outputs within the tolerance. A batch that
+    mixes only in training mode (BatchNorm's batch statistics) needs ``mode="train"``.
 
     Returns:
         :class:`CheckResult`; ``first_position`` is the first position of the first sequence
