@@ -1285,12 +1285,14 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
         mode, tolerance, seed, vocab_size, module: keyword-only; as in :func:`check_causal`.
         pooled: keyword-only; ``None`` (default) reads it from the output shapes: per position
             if the outputs' second axis is T in the batch and the valid length in a sequence
-            run alone; if the outputs have the same shape for every length, a static length
-            when they are ``(B, S, ...)`` with three axes or more (a model that pads or cuts
-            its outputs to S positions: output q of a sequence run alone is compared with its
-            valid position q in the batch, positions from S on are not compared), pooled when
-            they are ``(B, C)``. Pass True or False to decide yourself (False reads ``(B, S)``
-            outputs of a static length S per position).
+            run alone; if the outputs have the same shape for every length, per position of a
+            static length when they are ``(B, T, ...)`` with three axes or more (a model that
+            pads or cuts its outputs to the batch's length T: output q of a sequence run
+            alone is compared with its valid position q in the batch), pooled otherwise
+            (``(B, C)``, ``(B, 1, C)``, k pooled vectors ``(B, k, C)`` as a Perceiver's
+            latents: all compared). Pass True or False to decide yourself: False reads outputs
+            of any static length S per position (positions from S on are not compared), True
+            reads ``(B, T, C)`` as k = T pooled vectors.
         pad_id: keyword-only; for token ids whose padding holds this id (checked), for a model
             that finds its padding by the id; the content test is then skipped.
         mask_name, padding_side, mask_convention: keyword-only; as in :func:`check_causal`:
@@ -1385,8 +1387,10 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
         if pooled is None:  # read the outputs' shapes
             if not alone:
                 per_position = reference.dim() >= 2 and reference.shape[1] == T
-            elif same:  # the same shape for every length: (B, C) pooled; (B, S, ...) a
-                per_position = reference.dim() >= 3  # static length S (padded or cut to S)
+            elif same:  # the same shape for every length: pooled, or (B, T, ...) padded or
+                # cut to the batch's length T (k pooled vectors, as a Perceiver's latents,
+                # would be misread only when k = T: pass pooled=True then)
+                per_position = reference.dim() >= 3 and reference.shape[1] == T
             elif reference.dim() >= 2 and reference.shape[1] == T and all(
                     out.shape[1] == int(lens[b]) and out.shape[2:] == reference.shape[2:]
                     for b, out in alone.items()):
@@ -1406,9 +1410,10 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
                              f"{reference.shape[1]}, but the sequences run alone gave "
                              f"{sorted(shapes)}")
         S = reference.shape[1] if per_position else 0
-        hint = ("" if per_position or reference.dim() != 2 or not same else
-                f" Outputs per position of a static length S = {reference.shape[1]} (padded "
-                f"or cut to it) are read so with pooled=False.")
+        hint = ("" if per_position or reference.dim() < 2 or reference.shape[1] == 1
+                or not same else
+                f" If these are outputs per position of a static length S = "
+                f"{reference.shape[1]} (padded or cut to it), pass pooled=False.")
         tol = _tolerances(reference, tolerance, time_axis=per_position)  # (B, S) or (B,)
         scale = _scale(reference, tolerance)
         if per_position:  # the outputs at valid input positions (S may differ from T)

@@ -163,14 +163,52 @@ class StaticLength(nn.Module):
         return F.pad(y, (0, 0, 0, self.S - y.shape[1]))  # (B, S, d)
 
 
-@pytest.mark.parametrize("S", [16, 7])
-def test_static_output_length_is_no_leak(S):
-    result = check_padding(StaticLength(S), seeded(), LENS)
-    assert result.passed and result.details["static"] == S, result.message
+def test_static_output_length_is_no_leak():
+    """Outputs padded (or cut) to the batch's length T for every input length: per position."""
+    result = check_padding(StaticLength(T), seeded(), LENS)
+    assert result.passed and result.details["static"] == T, result.message
     assert result.details["pooled"] is False
-    bad = check_padding(StaticLength(S, masked=False), seeded(), LENS)
+    bad = check_padding(StaticLength(T, masked=False), seeded(), LENS)
     assert not bad.passed and bad.details["sequence"] == 1, bad.message
-    assert not check_padding(StaticLength(S, masked=False), seeded(), LENS, exact=False)
+    assert not check_padding(StaticLength(T, masked=False), seeded(), LENS, exact=False)
+
+
+@pytest.mark.parametrize("S", [16, 7])
+def test_other_static_lengths_need_pooled_false(S):
+    """A length S other than T reads as k = S pooled vectors (a Perceiver's latents, all
+    compared), so a static length S is read per position only with pooled=False, which the
+    message of the pooled reading suggests."""
+    result = check_padding(StaticLength(S), seeded(), LENS)
+    assert not result.passed and "pass pooled=False" in text(result), result.message
+    result = check_padding(StaticLength(S), seeded(), LENS, pooled=False)
+    assert result.passed and result.details["static"] == S, result.message
+    assert not check_padding(StaticLength(S, masked=False), seeded(), LENS, pooled=False)
+    assert not check_padding(StaticLength(S, masked=False), seeded(), LENS, pooled=False,
+                             exact=False)
+
+
+class Latents(nn.Module):
+    """k learned queries attend to the valid positions (a Perceiver's read-out): (B, k, d)
+    for every length. ``bug``: the queries also read the padding."""
+
+    def __init__(self, k, bug=False):
+        super().__init__()
+        torch.manual_seed(2)
+        self.queries, self.bug = nn.Parameter(torch.randn(k, D)), bug
+
+    def forward(self, x, valid_lens):
+        scores = self.queries @ x.transpose(1, 2)  # (B, k, T)
+        if not self.bug:
+            keep = torch.arange(x.shape[1])[None, :] < valid_lens[:, None]
+            scores = scores.masked_fill(~keep[:, None, :], float("-inf"))
+        return scores.softmax(dim=-1) @ x  # (B, k, d)
+
+
+@pytest.mark.parametrize("k", [1, 8])
+def test_pooled_vectors_are_not_read_as_a_static_length(k):
+    assert check_padding(Latents(k), seeded(), LENS).details["pooled"] is True
+    result = check_padding(Latents(k, bug=True), seeded(), LENS)
+    assert not result.passed and result.details["pooled"] is True, result.message
 
 
 def test_static_length_of_two_axes_needs_pooled_false():
