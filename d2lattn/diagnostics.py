@@ -1166,7 +1166,8 @@ def _causal_exact_failure(probe: Any, c: int, valid: Tensor, padding: Tensor,
     else:
         message = (f"The output at position {p} has a non-zero gradient with respect to the "
                    f"inputs after it (largest |gradient| {grad}; exactly 0 is required): it "
-                   f"reads {_positions(reads)}. It reads the future, however little ({how}).{note}")
+                   f"reads {_positions(reads)}. It reads the future, however little "
+                   f"({how}).{note}")
     return CheckResult(name, False, message, largest, 0.0, p, details)
 
 
