@@ -736,8 +736,8 @@ def check_diagnostic_pad_id(inputs: Tensor, padding: Tensor, pad_id: object) -> 
     if inputs.is_floating_point():
         raise ValueError("pad_id needs (B, T) integer token ids as inputs, got floats")
     if not bool((inputs[padding.to(inputs.device)] == pad_id).all()):
-        raise ValueError(f"with pad_id = {pad_id}, every padded position (at or after "
-                         "valid_lens) must hold the pad id")
+        raise ValueError(f"with pad_id = {pad_id}, every padded position (after the valid "
+                         "ones, or before them with left padding) must hold the pad id")
 
 
 def check_diagnostic_batch(inputs: Tensor) -> None:

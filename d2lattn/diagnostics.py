@@ -62,8 +62,21 @@ How the checks keep out of the way (the same for all of them):
   ``check_batch_independence`` first run the model with gradients enabled as well as under
   ``no_grad`` (the two must agree), then demand that the gradient of the outputs that must not
   depend on an input be *exactly* zero there (see :mod:`d2lattn._jacobian`): no tolerance, so a
-  leak of any size fails and rounding cannot raise a false alarm. The perturbation tests stay
-  for what gradients cannot see (argmax, integer paths, NaN, the length).
+  leak of any size fails. Rounding almost never makes a zero non-zero; a computation that
+  mixes every position on the way, such as a causal convolution by FFT, leaves gradients of
+  the size of rounding (about 1e-7 of the largest allowed one in float32) where exact
+  arithmetic gives 0. A non-zero gradient within 64 units in the last place of the model's
+  dtype (of the largest allowed gradient) is therefore decided in a **float64 copy** of the
+  model: in float64 such a gradient is rounding, in float32, float16 or bfloat16 it may be a
+  leak as small (LayerScale's 1e-6), so the check deep-copies the ``nn.Module`` (never the
+  caller's), casts it with ``.double()``, runs it on float64 inputs and gives that run's
+  verdict. A float16 pass is confirmed the same way, because float16 gradients below 6e-8
+  underflow to 0. A function that calls no module with floating tensors is run as it is on
+  float64 inputs; where no copy can be made (a function of modules: pass the module itself,
+  or with ``module=`` a module outside the model) a gradient within rounding fails and a
+  float16 pass says what it cannot see. A model that casts to a fixed dtype inside
+  (``x.float()``) stays at that precision in the copy. The perturbation tests stay for what
+  gradients cannot see (argmax, integer paths, NaN, the length).
 - **Models that sample.** A model that draws random numbers gets the same generator state in
   every run; where its draws depend on the tensor's shape, the tests whose runs have another
   shape (prefixes, sequences alone, a shuffled batch) are skipped and the gradient test speaks.
@@ -82,10 +95,23 @@ instead of ``valid_lens`` as the second positional argument.
 **What a pass means.** A check tests the model on the inputs it is given, with the changes it
 makes: a pass says that the gradients it asked for were exactly zero (where the model is
 differentiable; each check's docstring says which it samples) and that those changes moved
-nothing beyond the tolerance. It does not prove the
-property for other inputs, lengths, dtypes or modes: a leak that appears only for sequences
-longer than the example, for some tokens, or only in training mode needs inputs (and a mode)
-that reach it.
+nothing beyond the tolerance. It does not prove the property for other inputs, lengths, dtypes
+or modes. Three leaks that no default reaches, each with what reaches it:
+
+- *A leak only past the length of the example* (a sliding window wider than T, a cache or a
+  position table that misbehaves beyond some length): the checks run at the T of ``inputs``,
+  so pass inputs as long as the longest the model serves (its ``block_size``); at T = 512 the
+  cost of ``check_causal`` is the same number of runs as at T = 16, and ``samples=`` sets how
+  many cuts it tries.
+- *A leak only on repeated tokens* (a model that copies from an earlier occurrence of the
+  current token, an induction head gone wrong): the changed inputs are random ids, which
+  rarely repeat, and the exact test is taken at the inputs you pass, so pass ``inputs`` that
+  hold the repeats (real text, or a sequence followed by itself, ``x.repeat(1, 2)``);
+  ``vocab_size=`` sets the range the changed ids are drawn from.
+- *A leak only in training mode* (BatchNorm's batch statistics, a length leak in a branch
+  that runs only when ``self.training``): the checks run in eval mode, so pass
+  ``mode="train"``; ``check_causal``'s length test is then off (dropout draws its masks by the
+  tensor's shape), so a model with dropout 0 needs ``prefix=True`` as well.
 
 Source: the bugs readers report in the issue trackers of widely read attention code (causal
 masks missing or off by one, padding leaking, heads split without a transpose, KV caches that
@@ -96,9 +122,11 @@ pangolinn; book chapter "When attention goes wrong".
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import random
 import textwrap
+import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -664,7 +692,9 @@ def check_causal(model: Model, inputs: Tensor,
        ``nn.Embedding`` modules). No tolerance: a leak of any size (LayerScale at 1e-6, a soft
        mask ``scores + log(mask + 1e-7)``, outputs of size 1e-6, a leak beside a feature of
        size 1e8, a leak only in the backward pass) fails, and reduced matmul precision cannot
-       raise a false alarm.
+       raise a false alarm. Gradients within the rounding of the model's dtype (an FFT's),
+       and a float16 pass, are decided in a float64 copy of the model (see the module's
+       notes), which costs one more run and backward passes.
     3. **The future** (perturbation): for each cut, every input after c is changed (random
        values for floats, other token ids for integers) and the outputs at ``0..c`` are
        compared with the reference under the tolerance. This sees what gradients cannot: an
@@ -687,7 +717,10 @@ def check_causal(model: Model, inputs: Tensor,
     ``0..c`` has a non-zero derivative with respect to any input after c (nor any padded input),
     whatever its size; and changing the inputs after c, or cutting them off, moved no output
     at ``0..c`` beyond the tolerance. It is not a proof for other inputs, other cuts, longer
-    sequences or the other mode.
+    sequences or the other mode: a leak only past the example's T needs ``inputs`` that long
+    (the cost does not grow with T), one only on repeated tokens needs ``inputs`` that repeat,
+    and one only in training mode ``mode="train"`` (with ``prefix=True`` for a length leak
+    there, when the model has no dropout).
 
     Args:
         model: ``model(inputs)`` (with ``valid_lens``: ``model(inputs, valid_lens)`` or
@@ -777,13 +810,14 @@ def check_causal(model: Model, inputs: Tensor,
     device = inputs.device
     generator = torch.Generator(device=device).manual_seed(seed)
     cuts = _sampled(T - 1, samples, torch.Generator().manual_seed(seed))
-    run = _runner(model, seed, B, input_name=input_name, kwargs=kwargs, output=output)
+    run_options = dict(input_name=input_name, kwargs=kwargs, output=output)
+    run = _runner(model, seed, B, **run_options)
     positions = torch.arange(T, device=device)
     padding = (torch.zeros(B, T, dtype=torch.bool, device=device) if valid_lens is None
                else _padding_of(valid_lens, T, device, padding_side))
     valid = ~padding
 
-    def call(x: Tensor) -> Tensor:
+    def call(x: Tensor, run: Callable[..., Tensor] = run) -> Tensor:
         if valid_lens is None:
             return run(x)
         args, keywords = _lengths_argument(valid_lens, T, device, mask_name, padding_side,
@@ -822,20 +856,22 @@ def check_causal(model: Model, inputs: Tensor,
                              "every gradient NaN")
         details["exact"] = exact and (probe.usable or probe.why_not)
         if exact and probe.usable:
-            gradients = torch.zeros(T, dtype=torch.float64, device=device)
-            for c in cuts:
-                ask = valid & (positions <= c)[None, :]
-                if not bool(ask.any()):
-                    continue
-                future = (positions > c)[None, :].expand(B, T)
-                g_all, g_own = probe.influences(ask)  # the padding: each sequence's own
-                g = torch.where(future, g_all, g_own.masked_fill(~padding, 0.0))
-                g = _above_float64_rounding(g, g_all, future | padding, probe.out.dtype)
-                gradients = torch.maximum(gradients, g.amax(dim=0))
-                if bool((g != 0).any()):
-                    return _causal_exact_failure(probe, c, valid, padding, positions, how,
-                                                 details, gradients)
+            found: Dict[int, Tensor] = {}  # the gradients each probe found
+
+            def causal_test(pr: Any) -> Tuple[Optional[int], Optional[int]]:
+                bad, within, found[id(pr)] = _causal_gradients(pr, cuts, valid, padding,
+                                                               positions)
+                return bad, within
+
+            bad, decider, note, details["float64"] = _exact_verdict(
+                causal_test, probe, lambda: _float64_probe(model, module, held, call, inputs,
+                                                           seed, run_options))
+            gradients = found[id(decider)]
+            if bad is not None:
+                return _causal_exact_failure(decider, bad, valid, padding, positions,
+                                             _how(decider, probe, how), details, gradients, note)
             details["gradients"] = gradients.cpu()
+            details["note"] = note
         del probe
         with torch.no_grad():
             # 3. the future: change the inputs after each cut
@@ -882,7 +918,8 @@ def check_causal(model: Model, inputs: Tensor,
                         prefix_first = (c + 1, bad[0])
     deviations = dev.amax(dim=0).cpu()  # (T - 1,)
     details.update({"deviations": deviations, "reads": reads})
-    exact_words = _exact_words(details.get("exact"), len(cuts), T)
+    exact_words = _exact_words(details.get("exact"), len(cuts), T, details.get("float64"),
+                               details.pop("note", ""))
     if not leaking and prefix_dev is not None:
         details["prefix_deviations"] = prefix_dev.amax(dim=0).cpu()
         if prefix_first is not None:
@@ -925,25 +962,154 @@ def check_causal(model: Model, inputs: Tensor,
     return CheckResult(name, False, message, largest, tol_there, p, details)
 
 
-def _above_float64_rounding(g: Tensor, g_all: Tensor, forbidden: Tensor,
-                            dtype: torch.dtype) -> Tensor:
-    """``g`` with the entries at most 64 units in the last place of the largest allowed
-    gradient set to 0, in float64 only: a model computed through an FFT (a causal convolution
-    by the convolution theorem) has gradients of size 1e-16 where it has none in exact
-    arithmetic. In other dtypes every non-zero counts (run a float64 copy of such a model)."""
-    if dtype != torch.float64:
-        return g
+#: A gradient at most this many units in the last place of the dtype of the largest allowed
+#: one may be rounding (an FFT gives such gradients where exact arithmetic gives 0).
+_ROUNDING_ULPS = 64
+
+
+def _above_rounding(g: Tensor, g_all: Tensor, forbidden: Tensor, dtype: torch.dtype) -> Tensor:
+    """``g`` with the entries at most :data:`_ROUNDING_ULPS` units in the last place of
+    ``dtype`` of the largest allowed gradient (``g_all`` where not ``forbidden``) set to 0: a
+    model computed through an FFT (a causal convolution by the convolution theorem) has
+    gradients of that size where it has none in exact arithmetic. In float64 such a gradient
+    is rounding; in another dtype it is undecided (a leak of LayerScale's 1e-6 is as small in
+    float32), and a float64 copy of the model decides (:func:`_float64_twin`)."""
     allowed = g_all.masked_fill(forbidden, 0.0)
     allowed = torch.where(torch.isfinite(allowed), allowed, torch.zeros_like(allowed))
-    floor = 64 * torch.finfo(torch.float64).eps * float(allowed.max())
+    eps = torch.finfo(dtype).eps if dtype.is_floating_point else 0.0
+    floor = _ROUNDING_ULPS * eps * float(allowed.max())
     return torch.where(g.abs() <= floor, torch.zeros_like(g), g)
 
 
-def _exact_words(exact: Any, num_cuts: int, T: int) -> str:
+def _above_float64_rounding(g: Tensor, g_all: Tensor, forbidden: Tensor,
+                            dtype: torch.dtype) -> Tensor:
+    """:func:`_above_rounding` in float64 only (where it decides); in other dtypes every
+    non-zero counts."""
+    return _above_rounding(g, g_all, forbidden, dtype) if dtype == torch.float64 else g
+
+
+def _float64_twin(model: Model, module: Optional[nn.Module], held: _Held
+                  ) -> Tuple[Optional[Model], Optional[str]]:
+    """The model in float64, to decide gradients within the rounding of a lower precision:
+    a deep copy of the ``nn.Module`` (or of the module a bound method belongs to), never the
+    caller's; a function that calls no module with floating parameters or buffers as it is
+    (its float64 inputs make it float64). ``(None, why)`` when no copy can be made: a function
+    of modules (the check cannot swap them for copies)."""
+    owner = model if isinstance(model, nn.Module) else getattr(model, "__self__", None)
+    if isinstance(owner, nn.Module):
+        if module is not None and all(m is not module for m in owner.modules()):
+            return None, ("module= is not part of the model, so a copy of the model would "
+                          "still use it")
+        held.reset_buffers()
+        try:
+            twin = copy.deepcopy(owner).double()
+        except Exception as error:  # noqa: BLE001  (an attribute deepcopy cannot copy)
+            return None, f"copying the model raised {type(error).__name__}"
+        if owner is model:
+            return twin, None
+        return types.MethodType(model.__func__, twin), None  # type: ignore[union-attr]
+    tensors = [t for m in held.roots for t in list(m.parameters()) + list(m.buffers())]
+    if module is None and not any(t.is_floating_point() for t in tensors):
+        return model, None
+    return None, ("the model is a function that calls modules, which the check cannot swap "
+                  "for float64 copies; pass the nn.Module itself")
+
+
+def _float64_probe(model: Model, module: Optional[nn.Module], held: _Held,
+                   call: Callable[..., Tensor], inputs: Tensor, seed: int,
+                   run_options: Mapping[str, Any]) -> Tuple[Optional[Any], Optional[str]]:
+    """The gradient probe (:class:`d2lattn._jacobian.Probe`) of a float64 copy of the model
+    (:func:`_float64_twin`) on float64 copies of the inputs, ``call(x, run)`` calling it as
+    the check calls the model; ``(None, why)`` when there is none."""
+    twin, why = _float64_twin(model, module, held)
+    if twin is None:
+        return None, why
+    run64 = _runner(twin, seed, inputs.shape[0], **run_options)
+    x = inputs.double() if inputs.is_floating_point() else inputs
+    try:
+        probe = _jacobian.Probe(lambda x: call(x, run64), x,
+                                torch.Generator(device=inputs.device).manual_seed(seed + 2))
+    except Exception as error:  # noqa: BLE001  (a model that runs in its own dtype only)
+        return None, f"the float64 copy raised {type(error).__name__}"
+    if probe.out.dtype != torch.float64:
+        return None, f"the float64 copy returned {probe.out.dtype}"
+    if not probe.usable:
+        return None, str(probe.why_not)
+    return probe, None
+
+
+def _undecided(dtype: torch.dtype, why: Optional[str]) -> str:
+    """Why a gradient within rounding still fails: no float64 copy could decide."""
+    return (f" Every such gradient is within the rounding of {dtype} (at most "
+            f"{_ROUNDING_ULPS} units in the last place of the largest allowed one), as an FFT "
+            f"gives them too; a float64 copy of the model would decide, but {why}.")
+
+
+def _how(decider: Any, probe: Any, how: str) -> str:
+    """The conditions of a verdict the float64 copy gave (``decider`` is not ``probe``)."""
+    if decider is probe:
+        return how
+    why = ("could have underflowed" if probe.out.dtype == torch.float16 else
+           "were within rounding")
+    return f"{how}; in a float64 copy of the model, because the {probe.out.dtype} gradients {why}"
+
+
+def _exact_verdict(test: Callable[[Any], Tuple[Any, Any]], probe: Any,
+                   float64_probe: Callable[[], Tuple[Optional[Any], Optional[str]]]
+                   ) -> Tuple[Any, Any, str, bool]:
+    """The exact test's verdict: ``test(probe)`` gives ``(bad, within)``, what has a gradient
+    beyond rounding (``None`` if nothing) and what has one within rounding only. Within
+    rounding, and for every float16 pass (whose gradients below 2**-24 = 6.0e-08 underflow to
+    0), a float64 copy of the model decides (``float64_probe()``, see :func:`_float64_probe`).
+    Returns ``(bad, the probe that decided, a note for the message, whether float64
+    decided)``; a gradient within rounding that no float64 copy could decide fails."""
+    bad, within = test(probe)
+    dtype = probe.out.dtype
+    if bad is not None or (within is None and dtype != torch.float16):
+        return bad, probe, "", False
+    probe64, why = float64_probe()
+    if probe64 is None:
+        if within is not None:
+            return within, probe, _undecided(dtype, why), False
+        return None, probe, (f" The gradients were taken in float16, where those below "
+                             f"6.0e-08 underflow to 0; a float64 copy of the model would see "
+                             f"them, but {why}."), False
+    bad, _ = test(probe64)
+    return bad, probe64, "", True
+
+
+def _causal_gradients(probe: Any, cuts: Sequence[int], valid: Tensor, padding: Tensor,
+                      positions: Tensor) -> Tuple[Optional[int], Optional[int], Tensor]:
+    """The exact test of :func:`check_causal` on ``probe``: the first cut whose outputs have
+    a gradient after it (or at the padding) beyond rounding (:func:`_above_rounding`), the
+    first whose have one only within rounding, and the ``(T,)`` largest gradient beyond
+    rounding at each input position."""
+    B, T = valid.shape
+    gradients = torch.zeros(T, dtype=torch.float64, device=valid.device)
+    within = None
+    for c in cuts:
+        ask = valid & (positions <= c)[None, :]
+        if not bool(ask.any()):
+            continue
+        future = (positions > c)[None, :].expand(B, T)
+        g_all, g_own = probe.influences(ask)  # the padding: each sequence's own
+        g = torch.where(future, g_all, g_own.masked_fill(~padding, 0.0))
+        beyond = _above_rounding(g, g_all, future | padding, probe.out.dtype)
+        gradients = torch.maximum(gradients, beyond.amax(dim=0))
+        if bool((beyond != 0).any()):
+            return c, within, gradients
+        if within is None and probe.out.dtype != torch.float64 and bool((g != 0).any()):
+            within = c
+    return None, within, gradients
+
+
+def _exact_words(exact: Any, num_cuts: int, T: int, float64: Any = None,
+                 note: str = "") -> str:
     """The gradient test's part of a pass message."""
     if exact is True:
+        decided = ("; decided in a float64 copy of the model" if float64 else "")
         return (f"Exact: the gradient of the outputs at 0..t with respect to every input "
-                f"after t is exactly 0 (at {num_cuts} cuts t). ")
+                f"after t is exactly 0 (at {num_cuts} cuts t{decided}).{note} ")
     if isinstance(exact, str):
         return f"The gradient test could not run ({exact}). "
     return ""
@@ -951,7 +1117,7 @@ def _exact_words(exact: Any, num_cuts: int, T: int) -> str:
 
 def _causal_exact_failure(probe: Any, c: int, valid: Tensor, padding: Tensor,
                           positions: Tensor, how: str, details: Dict[str, Any],
-                          gradients: Tensor) -> CheckResult:
+                          gradients: Tensor, note: str = "") -> CheckResult:
     """The result when the outputs at ``0..c`` have a non-zero gradient after ``c`` (or at
     the padding): the first position that does, found with one backward pass per position
     (at most 64), and what it reads."""
@@ -964,6 +1130,7 @@ def _causal_exact_failure(probe: Any, c: int, valid: Tensor, padding: Tensor,
             continue
         g_all, g_own = probe.influences(ask)
         future = (positions > t)[None, :].expand_as(g_all)
+        g_own = _above_float64_rounding(g_own, g_all, future | padding, probe.out.dtype)
         g_all = _above_float64_rounding(g_all, g_all, future | padding, probe.out.dtype)
         if bool((g_all[future] != 0).any()):
             p, g = t, g_all.masked_fill(~future, 0.0)
@@ -983,23 +1150,24 @@ def _causal_exact_failure(probe: Any, c: int, valid: Tensor, padding: Tensor,
     if p is not None and p < T - 1:
         deviations[p] = largest  # the gradient test stops at the first leaking position
     details = {**details, "reads": reads, "gradients": per_position,
-               "exact": True, "deviations": deviations}
+               "exact": True, "deviations": deviations, "undecided": bool(note)}
     grad = _fmt(largest).replace(" (NaN or an infinity)", " or NaN")
     if p is None:
         message = (f"The outputs at positions 0-{c} have a non-zero gradient with respect to "
                    f"the inputs at {_positions(reads)} after them or at the padding (largest "
-                   f"|gradient| {grad}; exactly 0 is required) ({how}).")
+                   f"|gradient| {grad}; exactly 0 is required) ({how}).{note}")
         return CheckResult(name, False, message, largest, 0.0, None, details)
     if kind == "padding":
         message = (f"The output at valid position {p} has a non-zero gradient with respect to "
                    f"the padded {_positions(reads)} (largest |gradient| {grad}; exactly 0 is "
                    f"required): it reads the padding, so the mask misses it (a causal mask "
                    f"combined with the padding mask by | instead of &, or padding on the other "
-                   f"side than the mask assumes) ({how}).")
+                   f"side than the mask assumes) ({how}).{note}")
     else:
         message = (f"The output at position {p} has a non-zero gradient with respect to the "
                    f"inputs after it (largest |gradient| {grad}; exactly 0 is required): it "
-                   f"reads {_positions(reads)}. It reads the future, however little ({how}).")
+                   f"reads {_positions(reads)}. It reads the future, however little "
+                   f"({how}).{note}")
     return CheckResult(name, False, message, largest, 0.0, p, details)
 
 
@@ -1043,6 +1211,35 @@ def _first_reader(probe: Any, b: int, valid: Tensor, forbidden: Tensor, time_axi
     return None, probe.influence(ask, per_sequence=per_sequence).masked_fill(~forbidden, 0.0)
 
 
+def _padding_gradients(probe: Any, valid: Tensor, padding: Tensor) -> Tuple[Tensor, Tensor]:
+    """The exact test of :func:`check_padding` on ``probe``: the ``(B, T)`` gradient of the
+    ``valid`` outputs at the padded inputs beyond rounding (:func:`_above_rounding`), and all
+    of it."""
+    g_all = probe.influence(valid, per_sequence=True)
+    g = g_all.masked_fill(~padding, 0.0)
+    return _above_rounding(g, g_all, padding, probe.out.dtype), g
+
+
+def _batch_gradients(probe: Any, tested: Sequence[int], valid: Tensor, time_axis: bool
+                     ) -> Tuple[Optional[int], Optional[int]]:
+    """The exact test of :func:`check_batch_independence` on ``probe``: the first tested
+    sequence whose outputs have a gradient at another sequence's inputs beyond rounding
+    (:func:`_above_rounding`), and the first with one only within rounding."""
+    B, T = probe.B, probe.T
+    rows = torch.arange(B, device=valid.device)[:, None]
+    within = None
+    for b in tested:
+        ask = valid & (rows == b) if time_axis else (rows[:, 0] == b)
+        g = probe.influence(ask, per_sequence=True)
+        others = (rows != b).expand(B, T)
+        beyond = _above_rounding(g.masked_fill(~others, 0.0), g, others, probe.out.dtype)
+        if bool((beyond != 0).any()):
+            return b, within
+        if within is None and probe.out.dtype != torch.float64 and bool((g[others] != 0).any()):
+            within = b
+    return None, within
+
+
 def _gradient_words(g: float) -> str:
     return _fmt(g).replace(" (NaN or an infinity)", " or NaN")
 
@@ -1051,12 +1248,15 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
                   mode: str = "eval", tolerance: Optional[float] = None, seed: int = 0,
                   vocab_size: Optional[int] = None, pooled: Optional[bool] = None,
                   module: Optional[nn.Module] = None, pad_id: Optional[int] = None,
-                  mask_name: Optional[str] = None, input_name: Optional[str] = None,
+                  mask_name: Optional[str] = None, padding_side: str = "right",
+                  mask_convention: str = "keep", input_name: Optional[str] = None,
                   kwargs: Optional[Mapping[str, Any]] = None,
                   output: Output = None, exact: bool = True) -> CheckResult:
     """Check that outputs at valid positions ignore the padding.
 
-    Sequence ``b`` is valid at positions ``0 .. valid_lens[b] - 1``; the rest is padding. First
+    Sequence ``b`` is valid at positions ``0 .. valid_lens[b] - 1`` (with
+    ``padding_side="left"``, as decoders batch their prompts: the last ``valid_lens[b]``
+    positions); the rest is padding. First
     the padded batch is run under ``torch.no_grad()`` and with gradients enabled, which must
     agree (a model that takes another path when ``torch.is_grad_enabled()`` fails). Then
     **exact** (``exact=True``, where the outputs carry a gradient; one backward pass): the
@@ -1065,8 +1265,9 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
     token ids: at the outputs of the ``nn.Embedding`` modules). Then two perturbation tests,
     for what gradients cannot see (a pad id the model looks for, an argmax, NaN).
     **Alone**: each padded sequence with at least one valid position is run alone,
-    without its padding (``inputs[b:b+1, :valid_lens[b]]``), and its outputs at the valid
-    positions (or its pooled output) must equal those it gets in the padded batch: the padding
+    without its padding (``inputs[b:b+1, :valid_lens[b]]``, or its last ``valid_lens[b]``
+    positions with left padding), and its outputs at the valid positions (or its pooled
+    output) must equal those it gets in the padded batch: the padding
     is tested as the model uses it, whatever marks it (``valid_lens``, a mask, or a pad id the
     model looks for). **Content** (skipped when ``pad_id`` is given, since the padding must
     then hold the pad id): the padding is filled with other values (or other token ids) and
@@ -1085,12 +1286,23 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
         mode, tolerance, seed, vocab_size, module: keyword-only; as in :func:`check_causal`.
         pooled: keyword-only; ``None`` (default) reads it from the output shapes: per position
             if the outputs' second axis is T in the batch and the valid length in a sequence
-            run alone, pooled if the outputs have the same shape for every length. Pass True or
-            False to decide yourself.
+            run alone; if the outputs have the same shape for every length, per position of a
+            static length when they are ``(B, T, ...)`` with three axes or more (a model that
+            pads or cuts its outputs to the batch's length T: output q of a sequence run
+            alone is compared with its valid position q in the batch), pooled otherwise
+            (``(B, C)``, ``(B, 1, C)``, k pooled vectors ``(B, k, C)`` as a Perceiver's
+            latents: all compared). Pass True or False to decide yourself: False reads outputs
+            of any static length S per position (positions from S on are not compared), True
+            reads ``(B, T, C)`` as k = T pooled vectors.
         pad_id: keyword-only; for token ids whose padding holds this id (checked), for a model
             that finds its padding by the id; the content test is then skipped.
-        mask_name: keyword-only; pass the padding as this keyword, a ``(B, T)`` int64 mask of 1
-            (valid) and 0 (padding), e.g. ``"attention_mask"``, instead of ``valid_lens``.
+        mask_name, padding_side, mask_convention: keyword-only; as in :func:`check_causal`:
+            pass the padding as the keyword ``mask_name``, a ``(B, T)`` mask (e.g.
+            ``"attention_mask"``), instead of ``valid_lens``: int64 1 = valid (``"keep"``,
+            default) or bool True = padding (``"ignore"``, ``key_padding_mask``); valid
+            positions first (``"right"``, default) or last (``"left"``: a decoder's prompts,
+            padded on the left, which a model that ignores its mask reads at every valid
+            position). ``padding_side`` and ``mask_convention`` need ``mask_name``.
         input_name, kwargs, output: keyword-only; as in :func:`check_causal` (``input_name``
             needs ``mask_name``).
         exact: keyword-only; run the gradient test (default True).
@@ -1099,21 +1311,25 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
     the padding changed.
 
     **What a pass means.** Exactly, at these inputs: no valid output has a non-zero derivative
-    with respect to any padded input; and the sequences run alone, and the batch with other
-    padding, gave the same valid outputs within the tolerance.
+    with respect to any padded input (gradients within rounding, and a float16 pass, decided
+    in a float64 copy of the model, see the module's notes); and the sequences run alone, and
+    the batch with other padding, gave the same valid outputs within the tolerance. Padding on
+    the other side needs ``padding_side=``, a leak only in training mode ``mode="train"``.
 
     Returns:
         :class:`CheckResult`; ``first_position`` is the first valid position that moved (in
         the first sequence where one did), ``details["deviations"]`` the ``(B, T)`` largest
-        changes of both tests (``(B,)`` when pooled; padded positions hold 0),
-        ``details["sequence"]`` the sequence of the first failure and ``details["pooled"]``
-        how the outputs were read.
+        changes of both tests (``(B,)`` when pooled, ``(B, S)`` with a static length S;
+        padded positions hold 0), ``details["sequence"]`` the sequence of the first failure,
+        ``details["pooled"]`` how the outputs were read and ``details["static"]`` the
+        static length S (``None`` if the outputs follow the input's length).
 
     Raises:
-        ValueError: bad ``model``, ``inputs`` or options as in :func:`check_causal`;
-            ``valid_lens`` not ``(B,)`` integers in ``[0, T]`` or without padding; outputs of
-            another batch size, or whose shape is neither per position nor pooled; padding
-            that does not hold ``pad_id``.
+        ValueError: bad ``model``, ``inputs`` or options as in :func:`check_causal`
+            (``padding_side`` or ``mask_convention`` without ``mask_name``); ``valid_lens``
+            not ``(B,)`` integers in ``[0, T]`` or without padding; outputs of another batch
+            size, or whose shape is neither per position (of the input's length or a static
+            one) nor pooled; padding that does not hold ``pad_id``.
 
     Example:
         >>> mean_over_all = lambda x, lens: x.mean(dim=1)  # pools over the padding too
@@ -1139,16 +1355,22 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
                          "check to change, got all equal to T")
     if pooled is not None and not isinstance(pooled, bool):
         raise ValueError(f"pooled must be None, True or False, got {pooled!r}")
+    _validate_mask_options(padding_side, mask_convention, mask_name)
     lens = valid_lens.to(inputs.device)
-    padding = torch.arange(T, device=inputs.device)[None, :] >= lens[:, None]  # (B, T)
+    padding = _padding_of(lens, T, inputs.device, padding_side)  # (B, T), True = padded
     _check_pad_id(inputs, padding, pad_id)
     name = "check_padding"
     generator = torch.Generator(device=inputs.device).manual_seed(seed)
-    run = _runner(model, seed, B, input_name=input_name, kwargs=kwargs, output=output)
+    run_options = dict(input_name=input_name, kwargs=kwargs, output=output)
+    run = _runner(model, seed, B, **run_options)
 
-    def call(x: Tensor, lengths: Tensor) -> Tensor:
-        args, keywords = _lengths_argument(lengths, x.shape[1], x.device, mask_name)
+    def call(x: Tensor, lengths: Tensor, run: Callable[..., Tensor] = run) -> Tensor:
+        args, keywords = _lengths_argument(lengths, x.shape[1], x.device, mask_name,
+                                           padding_side, mask_convention)
         return run(x, *args, **keywords)
+
+    def first(b: int) -> int:  # sequence b's first valid position in the batch
+        return 0 if padding_side == "right" else T - int(lens[b])
 
     num_padded = int((lens < T).sum())
     alone_ids = [b for b in range(B) if 0 < int(lens[b]) < T]
@@ -1156,16 +1378,20 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
         reference = call(inputs, valid_lens)
         alone = {}
         for b in alone_ids:
-            alone[b] = call(inputs[b:b + 1, :int(lens[b])], valid_lens[b:b + 1])
+            alone[b] = call(inputs[b:b + 1, first(b):first(b) + int(lens[b])],
+                            valid_lens[b:b + 1])
             if run.samples and exact:  # type: ignore[attr-defined]
                 alone = {}  # draws depend on the shape: the gradient test speaks instead
                 break
+        shapes = {tuple(out.shape[1:]) for out in alone.values()}
+        same = bool(alone) and shapes == {tuple(reference.shape[1:])}
         if pooled is None:  # read the outputs' shapes
-            shapes = {tuple(out.shape[1:]) for out in alone.values()}
             if not alone:
                 per_position = reference.dim() >= 2 and reference.shape[1] == T
-            elif shapes == {tuple(reference.shape[1:])}:
-                per_position = False  # the same shape for every length: pooled
+            elif same:  # the same shape for every length: pooled, or (B, T, ...) padded or
+                # cut to the batch's length T (k pooled vectors, as a Perceiver's latents,
+                # would be misread only when k = T: pass pooled=True then)
+                per_position = reference.dim() >= 3 and reference.shape[1] == T
             elif reference.dim() >= 2 and reference.shape[1] == T and all(
                     out.shape[1] == int(lens[b]) and out.shape[2:] == reference.shape[2:]
                     for b, out in alone.items()):
@@ -1176,12 +1402,26 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
                                  f"{sorted(shapes)} for sequences run alone; pass pooled=")
         else:
             per_position = not pooled
-        if per_position:
+        static = per_position and (same or reference.dim() >= 2 and reference.shape[1] != T)
+        if per_position and not static:
             _check_time_axis(reference, B, T, "check_padding (pooled=False)")
-        tol = _tolerances(reference, tolerance, time_axis=per_position)  # (B, T) or (B,)
+        if static and not same and alone:
+            raise ValueError(f"check_padding (pooled=False) reads outputs of shape "
+                             f"{tuple(reference.shape)} for T = {T} as a static length "
+                             f"{reference.shape[1]}, but the sequences run alone gave "
+                             f"{sorted(shapes)}")
+        S = reference.shape[1] if per_position else 0
+        hint = ("" if per_position or reference.dim() < 2 or reference.shape[1] == 1
+                or not same else
+                f" If these are outputs per position of a static length S = "
+                f"{reference.shape[1]} (padded or cut to it), pass pooled=False.")
+        tol = _tolerances(reference, tolerance, time_axis=per_position)  # (B, S) or (B,)
         scale = _scale(reference, tolerance)
-        valid = ~padding if per_position else torch.ones(B, dtype=torch.bool,
-                                                        device=inputs.device)
+        if per_position:  # the outputs at valid input positions (S may differ from T)
+            valid = torch.zeros(B, S, dtype=torch.bool, device=inputs.device)
+            valid[:, :min(S, T)] = ~padding[:, :min(S, T)]
+        else:
+            valid = torch.ones(B, dtype=torch.bool, device=inputs.device)
         if _non_finite(reference[valid][None] if per_position else reference,
                        nan_only=True) is not None:
             return _not_finite_result(name, "at valid positions", float(tol.min()), "The outputs")
@@ -1192,11 +1432,21 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
         if failed is not None:
             return failed
         exact_ran: Any = exact and (probe.usable or probe.why_not)
+        float64, note = False, ""
         if exact and probe.usable:  # the gradient at the padding must be exactly 0
-            g = probe.influence(valid, per_sequence=True).masked_fill(~padding, 0.0)
+            def padding_test(pr: Any) -> Tuple[Optional[Tensor], Optional[Tensor]]:
+                g_beyond, g = _padding_gradients(pr, valid, padding)
+                return (g_beyond if bool((g_beyond != 0).any()) else None,
+                        g if pr.out.dtype != torch.float64 and bool((g != 0).any()) else None)
+
+            bad, decider, note, float64 = _exact_verdict(
+                padding_test, probe, lambda: _float64_probe(
+                    model, module, held, lambda x, run: call(x, valid_lens, run), inputs, seed,
+                    run_options))
+            g = torch.zeros_like(padding, dtype=torch.float64) if bad is None else bad
             if bool((g != 0).any()):
                 b = int((g != 0).any(dim=1).nonzero()[0])
-                p, g_b = _first_reader(probe, b, valid, padding, per_position)
+                p, g_b = _first_reader(decider, b, valid, padding, per_position)
                 read = g_b[b].cpu()
                 largest = float(read.max())
                 where = (f"The output at valid position {p} of sequence {b}" if p is not None
@@ -1208,17 +1458,20 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
                            f"|gradient| {_gradient_words(largest)}; exactly 0 is required): it "
                            f"reads the padding, however little. "
                            f"{int((g != 0).any(dim=1).sum())} of {num_padded} padded sequences "
-                           f"do ({how}).")
+                           f"do ({_how(decider, probe, how)}).{note}{hint}")
                 return CheckResult(name, False, message, largest, 0.0, p,
                                    {"deviations": torch.zeros_like(tol).cpu(),
                                     "pooled": not per_position, "sequence": b,
-                                    "gradients": g.cpu(), "exact": True})
+                                    "gradients": g.cpu(), "exact": True,
+                                    "undecided": bool(note)})
         del probe
         alone_dev = torch.zeros_like(tol)
         for b, out in alone.items():
-            L = int(lens[b])
-            if per_position:
-                alone_dev[b, :L] = _deviations(out, reference[b:b + 1, :L], scale=scale)[0]
+            if per_position:  # alone, its output q is that of position first(b) + q
+                f = first(b)
+                n = max(min(int(lens[b]), S - f), 0)
+                alone_dev[b, f:f + n] = _deviations(out[:, :n], reference[b:b + 1, f:f + n],
+                                                    scale=scale)[0]
             else:
                 alone_dev[b] = _deviations(out, reference[b:b + 1], time_axis=False,
                                             scale=scale)[0]
@@ -1227,11 +1480,12 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
             changed = _perturbed(inputs, padding, generator, vocab_size)
             content_dev = _deviations(call(changed, valid_lens), reference, per_position, scale)
             if per_position:
-                content_dev = content_dev.masked_fill(padding, 0.0)
+                content_dev = content_dev.masked_fill(~valid, 0.0)
     dev = torch.maximum(alone_dev, content_dev).cpu()
     tol = tol.cpu()
     details: Dict[str, Any] = {"deviations": dev, "pooled": not per_position,
-                               "exact": exact_ran}
+                               "static": S if static else None, "exact": exact_ran,
+                               "float64": float64}
     valid = valid.cpu()
     _, largest, tol_there = _nearest(dev[valid], tol[valid])  # padded positions do not count
     what = (f"Filling the padded positions ({num_padded} of {B} sequences have padding) with "
@@ -1242,7 +1496,7 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
         p = int(moved[b].nonzero()[0])
         message = (f"{what} moved the output at valid position {p} of sequence {b} (valid "
                    f"length {int(lens[b])}) by {_fmt(float(content_dev[b, p]))} (tolerance "
-                   f"{_fmt(float(tol[b, p]))}). {int(moved.sum())} of {int(lens.sum())} valid "
+                   f"{_fmt(float(tol[b, p]))}). {int(moved.sum())} of {int(valid.sum())} valid "
                    f"positions moved; {_largest(content_dev.cpu(), tol, how)}.")
         return CheckResult(name, False, message, largest, tol_there, p, {**details, "sequence": b})
     if bool(moved.any()):
@@ -1251,7 +1505,7 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
                    f"{int(lens[b])} of {T}) by {_fmt(float(content_dev[b]))} (tolerance "
                    f"{_fmt(float(tol[b]))}): the pooling reads the padding. {int(moved.sum())} "
                    f"of {num_padded} padded sequences moved; "
-                   f"{_largest(content_dev.cpu(), tol, how)}.")
+                   f"{_largest(content_dev.cpu(), tol, how)}.{hint}")
         return CheckResult(name, False, message, largest, tol_there, None,
                            {**details, "sequence": b})
     moved = alone_dev.cpu() > tol
@@ -1269,9 +1523,9 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
                    f"gave other outputs than in the padded batch: {where} by "
                    f"{_against(by, float(tol[b] if p is None else tol[b, p]))}. The model "
                    f"reads the padding (or, if check_batch_independence fails too, the other "
-                   f"sequences); {_largest(alone_dev.cpu(), tol, how)}.")
+                   f"sequences); {_largest(alone_dev.cpu(), tol, how)}.{hint}")
         return CheckResult(name, False, message, largest, tol_there, p, {**details, "sequence": b})
-    unmoved = (f"the outputs at all {int(lens.sum())} valid positions" if per_position
+    unmoved = (f"the outputs at all {int(valid.sum())} valid positions" if per_position
                else "the pooled outputs")
     tests = f"Each of the {len(alone)} padded sequences run alone, without its padding, " \
             f"gave its outputs in the batch"
@@ -1280,8 +1534,9 @@ def check_padding(model: Model, inputs: Tensor, valid_lens: Union[Tensor, Sequen
     else:
         tests += f" (padding holds pad_id = {pad_id}, so it was not refilled)"
     if exact_ran is True:
+        decided = " (decided in a float64 copy of the model)" if float64 else ""
         tests = ("Exact: the gradient of the outputs at the valid positions with respect to "
-                 "every padded input is exactly 0. " + tests)
+                 f"every padded input is exactly 0{decided}.{note} " + tests)
     elif isinstance(exact_ran, str):
         tests = f"The gradient test could not run ({exact_ran}). " + tests
     message = f"{tests}; {_largest(dev[valid], tol[valid], how)}."
@@ -1292,7 +1547,8 @@ def check_batch_independence(model: Model, inputs: Tensor,
                              valid_lens: Optional[Union[Tensor, Sequence[int]]] = None, *,
                              mode: str = "eval", tolerance: Optional[float] = None,
                              seed: int = 0, module: Optional[nn.Module] = None,
-                             mask_name: Optional[str] = None, input_name: Optional[str] = None,
+                             mask_name: Optional[str] = None, padding_side: str = "right",
+                             mask_convention: str = "keep", input_name: Optional[str] = None,
                              kwargs: Optional[Mapping[str, Any]] = None,
                              output: Output = None, exact: bool = True) -> CheckResult:
     """Check that each sequence's outputs ignore the other sequences of the batch.
@@ -1319,7 +1575,8 @@ def check_batch_independence(model: Model, inputs: Tensor,
         valid_lens: optional ``(B,)`` integers in ``[0, T]``; outputs of shape ``(B, T, ...)``
             are then compared at the valid positions only.
         mode, tolerance, seed, module: keyword-only; as in :func:`check_causal`.
-        mask_name: keyword-only; as in :func:`check_padding`.
+        mask_name, padding_side, mask_convention: keyword-only; as in :func:`check_causal`
+            (which positions of each sequence are valid, and how the mask says so).
         input_name, kwargs, output: keyword-only; as in :func:`check_causal`.
         exact: keyword-only; run the gradient test (default True).
 
@@ -1327,8 +1584,10 @@ def check_batch_independence(model: Model, inputs: Tensor,
     sequence and one shuffled run of the batch.
 
     **What a pass means.** Exactly, at these inputs: no tested sequence's outputs have a
-    non-zero derivative with respect to another sequence's inputs; and alone, or shuffled,
-    every sequence got its outputs within the tolerance.
+    non-zero derivative with respect to another sequence's inputs (gradients within rounding,
+    and a float16 pass, decided in a float64 copy of the model, see the module's notes); and
+    alone, or shuffled, every sequence got its outputs within the tolerance. A batch that
+    mixes only in training mode (BatchNorm's batch statistics) needs ``mode="train"``.
 
     Returns:
         :class:`CheckResult`; ``first_position`` is the first position of the first sequence
@@ -1354,16 +1613,20 @@ def check_batch_independence(model: Model, inputs: Tensor,
     _check_batch(inputs)
     _check_options(mode, tolerance, seed)
     _check_call(input_name, mask_name, kwargs, output)
+    _validate_mask_options(padding_side, mask_convention, mask_name)
     B, T = inputs.shape[:2]
     valid_lens = _optional_valid_lens(valid_lens, mask_name, B, T)
     name = "check_batch_independence"
-    run = _runner(model, seed, B, input_name=input_name, kwargs=kwargs, output=output)
+    run_options = dict(input_name=input_name, kwargs=kwargs, output=output)
+    run = _runner(model, seed, B, **run_options)
 
-    def call(rows: Union[slice, Tensor], x: Optional[Tensor] = None) -> Tensor:
+    def call(rows: Union[slice, Tensor], x: Optional[Tensor] = None,
+             run: Callable[..., Tensor] = run) -> Tensor:
         x = inputs[rows] if x is None else x[rows]
         if valid_lens is None:
             return run(x)
-        args, keywords = _lengths_argument(valid_lens[rows], T, x.device, mask_name)
+        args, keywords = _lengths_argument(valid_lens[rows], T, x.device, mask_name,
+                                           padding_side, mask_convention)
         return run(x, *args, **keywords)
 
     with _held_still(_find_module(model, module), mode, inputs.device) as held, torch.no_grad():
@@ -1373,7 +1636,7 @@ def check_batch_independence(model: Model, inputs: Tensor,
         scale = _scale(reference, tolerance)
         valid = torch.ones(tol.shape, dtype=torch.bool, device=tol.device)
         if time_axis and valid_lens is not None:
-            valid = torch.arange(T, device=tol.device)[None, :] < valid_lens.to(tol.device)[:, None]
+            valid = ~_padding_of(valid_lens, T, tol.device, padding_side)
         if _non_finite(reference[valid][None] if time_axis else reference,
                        nan_only=True) is not None:
             return _not_finite_result(name, "at valid positions", float(tol.min()), "The outputs")
@@ -1385,27 +1648,32 @@ def check_batch_independence(model: Model, inputs: Tensor,
             return failed
         exact_ran: Any = exact and (probe.usable or probe.why_not)
         tested = _sampled(B, 8, torch.Generator().manual_seed(seed))
+        float64, note = False, ""
         if exact and probe.usable:
-            rows = torch.arange(B, device=inputs.device)[:, None]
-            for b in tested:
+            bad, decider, note, float64 = _exact_verdict(
+                lambda pr: _batch_gradients(pr, tested, valid, time_axis), probe,
+                lambda: _float64_probe(model, module, held, lambda x, run: call(
+                    slice(0, B), x, run), inputs, seed, run_options))
+            if bad is not None:
+                b = bad
+                rows = torch.arange(B, device=inputs.device)[:, None]
                 ask = valid & (rows == b) if time_axis else (rows[:, 0] == b)
-                g = probe.influence(ask, per_sequence=True)
                 others = (rows != b).expand(B, T)
-                if bool((g[others] != 0).any()):
-                    p, g_b = _first_reader(probe, b, valid if time_axis else ask, others,
-                                           time_axis)
-                    read = (g_b != 0).any(dim=1).nonzero().flatten().tolist()
-                    largest = float(g_b.max())
-                    at = f" at position {p}" if p is not None else ""
-                    message = (f"The outputs of sequence {b}{at} have a non-zero gradient with "
-                               f"respect to the inputs of sequence"
-                               f"{'s' if len(read) > 1 else ''} {_spans(read)} of the batch "
-                               f"of {B} (largest |gradient| {_gradient_words(largest)}; "
-                               f"exactly 0 is required): they read other sequences, however "
-                               f"little ({how}).")
-                    return CheckResult(name, False, message, largest, 0.0, p,
-                                       {"deviations": torch.zeros(B, dtype=torch.float64),
-                                        "sequence": b, "reads": read, "exact": True})
+                p, g_b = _first_reader(decider, b, valid if time_axis else ask, others,
+                                       time_axis)
+                read = (g_b != 0).any(dim=1).nonzero().flatten().tolist()
+                largest = float(g_b.max())
+                at = f" at position {p}" if p is not None else ""
+                message = (f"The outputs of sequence {b}{at} have a non-zero gradient with "
+                           f"respect to the inputs of sequence"
+                           f"{'s' if len(read) > 1 else ''} {_spans(read)} of the batch "
+                           f"of {B} (largest |gradient| {_gradient_words(largest)}; "
+                           f"exactly 0 is required): they read other sequences, however "
+                           f"little ({_how(decider, probe, how)}).{note}")
+                return CheckResult(name, False, message, largest, 0.0, p,
+                                   {"deviations": torch.zeros(B, dtype=torch.float64),
+                                    "sequence": b, "reads": read, "exact": True,
+                                    "undecided": bool(note)})
         del probe
         dev = torch.zeros_like(tol)
         samples = bool(run.samples)  # type: ignore[attr-defined]
@@ -1426,7 +1694,7 @@ def check_batch_independence(model: Model, inputs: Tensor,
     moved = dev > tol
     per_sequence = dev.flatten(1).amax(dim=1) if dev.dim() == 2 else dev
     details: Dict[str, Any] = {"deviations": per_sequence, "exact": exact_ran,
-                               "tested": tested, "order": order}
+                               "tested": tested, "order": order, "float64": float64}
     _, largest, tol_there = _nearest(dev, tol)
     if not bool(moved.any()):
         valid = valid.cpu()
@@ -1434,8 +1702,9 @@ def check_batch_independence(model: Model, inputs: Tensor,
         if exact_ran is True:
             which = f"any of the {B} sequences" if len(tested) == B else \
                 f"{len(tested)} of the {B} sequences"
+            decided = " (decided in a float64 copy of the model)" if float64 else ""
             words = (f"Exact: the gradient of the outputs of {which} with respect to every "
-                     f"other sequence is exactly 0. ")
+                     f"other sequence is exactly 0{decided}.{note} ")
         elif isinstance(exact_ran, str):
             words = f"The gradient test could not run ({exact_ran}). "
         if samples and exact_ran is True:
