@@ -26,10 +26,15 @@ Data layout (all of it JSON, numbers rounded to ``digits`` decimals):
   ``vmax``, ``boolean``, and ``groups``: the names of the groups a cell may belong to, each
   drawn in its own colour with a legend, plus ``ungrouped``: the legend's name for cells of no
   group), ``"lines"`` (needs ``x``; optional ``static``: a list of ``{"label", "y"}``, and
-  ``points``: ``{"x", "y"}`` drawn as dots) or ``"readout"``.
+  ``points``: ``{"x", "y"}`` drawn as dots), ``"scatter"`` (a picture of points, such as a
+  point cloud seen from one side: needs ``x`` and ``y``, the coordinates of every point, the
+  same in every frame; optional ``vmax``) or ``"readout"``.
 * ``frames``: one entry per combination of control indices, keyed ``"i,j,..."`` (see
   :func:`frame_key`), mapping each panel name to its numbers for that setting: a list (bars), a
-  list of rows (grid), ``{label: list}`` (lines) or ``{label: number}`` (readout). A grid's
+  list of rows (grid), ``{label: list}`` (lines), ``{label: number}`` (readout) or, for a
+  scatter, ``{"focus": i, "points": [j, ...], "values": [v, ...]}``: point ``i`` is marked
+  with a cross, and each point ``j`` is joined to it and coloured by its value (a weight: 0
+  pale, ``vmax`` dark), the others drawn small and grey. A grid's
   cells may also carry a label and a group each: its entry is then ``{"values": rows,
   "labels": rows of strings, "groups": rows of group indices or None}`` (either of the last two
   may be left out; a label is drawn in its cell instead of the number, "" draws none).
@@ -62,7 +67,7 @@ __all__ = ["InteractiveFigure", "frame_key", "grid_parts", "integer_parts", "set
            "translate_data", "use_widgets", "widgets_enabled"]
 
 CONTROL_TYPES = ("slider", "select", "tokens")
-PANEL_TYPES = ("bars", "grid", "lines", "readout")
+PANEL_TYPES = ("bars", "grid", "lines", "readout", "scatter")
 
 
 def frame_key(*indices: int) -> str:
@@ -104,6 +109,8 @@ def integer_parts(panels: Sequence[Mapping[str, Any]],
                             for v in row)
         elif panel["type"] == "lines":
             out[name] = all(_whole(v) for f in frames for ys in f[name].values() for v in ys)
+        elif panel["type"] == "scatter":
+            out[name] = all(_whole(v) for f in frames for v in f[name]["values"])
         else:
             out[name] = all(_whole(v) for f in frames for v in f[name])
     return out
@@ -391,9 +398,11 @@ class InteractiveFigure:
             if missing:
                 raise ValueError(f"frames[{key!r}] lacks the panels {missing}")
             for panel in self.panels:
+                where = f"frames[{key!r}][{panel['name']!r}]"
                 if panel["type"] == "grid":
-                    where = f"frames[{key!r}][{panel['name']!r}]"
                     check_grid_entry(panel, frame[panel["name"]], where)
+                elif panel["type"] == "scatter":
+                    self._check_scatter_entry(panel, frame[panel["name"]], where)
             self.frames[key] = _rounded({n: frame[n] for n in names}, digits)
 
     @staticmethod
@@ -414,7 +423,8 @@ class InteractiveFigure:
 
     @staticmethod
     def _check_panel(panel: dict[str, Any]) -> dict[str, Any]:
-        required = {"bars": ("labels",), "grid": ("rows", "cols"), "lines": ("x",), "readout": ()}
+        required = {"bars": ("labels",), "grid": ("rows", "cols"), "lines": ("x",),
+                    "readout": (), "scatter": ("x", "y")}
         check_choice("panel type", panel.get("type"), PANEL_TYPES)
         for field in ("name",) + required[panel["type"]]:
             if field not in panel:
@@ -434,7 +444,30 @@ class InteractiveFigure:
                                  f"{len(panel['labels'])} bars a group index (an integer >= 0) "
                                  f"or None, got {groups!r}")
             panel["groups"] = list(groups)
+        if panel["type"] == "scatter":
+            x, y = panel["x"], panel["y"]
+            if (isinstance(x, (str, Mapping)) or isinstance(y, (str, Mapping))
+                    or not isinstance(x, (Sequence, torch.Tensor))
+                    or not isinstance(y, (Sequence, torch.Tensor))
+                    or len(x) != len(y) or not len(x)):
+                raise ValueError(f"scatter panel {panel['name']!r}: x and y must be lists of "
+                                 f"the same non-zero length (one entry a point)")
         return panel
+
+    @staticmethod
+    def _check_scatter_entry(panel: Mapping[str, Any], value: Any, where: str) -> None:
+        # {"focus": i, "points": [j, ...], "values": [v, ...]}: indices of the panel's points
+        n = len(panel["x"])
+        index = lambda i: isinstance(i, int) and not isinstance(i, bool) and 0 <= i < n  # noqa: E731
+        if not isinstance(value, Mapping) or set(value) != {"focus", "points", "values"}:
+            raise ValueError(f"{where} must be {{'focus', 'points', 'values'}}, got {value!r}")
+        points, values = list(value["points"]), list(value["values"])
+        if not index(value["focus"]) or not all(index(j) for j in points):
+            raise ValueError(f"{where}: focus and points must be indices of the panel's {n} "
+                             f"points, got {value['focus']!r} and {points!r}")
+        if len(values) != len(points) or len(set(points)) != len(points):
+            raise ValueError(f"{where}: points must be distinct, one value each; got "
+                             f"{len(points)} points and {len(values)} values")
 
     def __repr__(self) -> str:
         return f"InteractiveFigure({self.title!r}, {len(self.frames)} frames)"
@@ -488,6 +521,10 @@ class InteractiveFigure:
             elif panel["type"] == "readout":
                 body = "".join(f"<tr><td>{html.escape(k)}</td><td>{number(v, whole[k])}</td>"
                                "</tr>" for k, v in values.items())
+            elif panel["type"] == "scatter":  # the marked point (x), then each coloured one
+                body = f"<tr><td>×</td><td>{values['focus']}</td></tr>" + "".join(
+                    f"<tr><td>{j}</td><td>{number(v, whole)}</td></tr>"
+                    for j, v in zip(values["points"], values["values"]))
             else:  # lines: too many numbers for a table; name the series
                 body = "".join(f"<tr><td>{html.escape(k)}</td><td>{len(v)} points</td></tr>"
                                for k, v in values.items())

@@ -469,6 +469,10 @@ MOVE_AND_READ = """([index, combo]) => {
         p => [p.dataset.label, JSON.parse(p.dataset.value)])),
       nums: [...box.querySelectorAll('.d2lattn-viz-num')].map(
         e => [Number(e.dataset.value), e.textContent]),
+      dots: [...box.querySelectorAll('circle.d2lattn-viz-dot')].map(
+        c => [Number(c.dataset.index), Number(c.dataset.value)]),
+      focus: box.querySelector('.d2lattn-viz-focus') ?
+        Number(box.querySelector('.d2lattn-viz-focus').dataset.index) : null,
     };
   });
   const fallback = root.querySelector('.d2lattn-viz-fallback');
@@ -588,6 +592,10 @@ def test_interactive_figures_draw_the_computed_numbers(site, base_url, browser):
                         _check_grid_owners(panel, parts, drawn, flat, where)
                     elif panel["type"] == "lines":
                         assert drawn["lines"] == want, where
+                    elif panel["type"] == "scatter":  # chapter 16's point cloud
+                        assert drawn["focus"] == want["focus"], where
+                        assert drawn["dots"] == [list(p) for p in zip(want["points"],
+                                                                       want["values"])], where
                     else:
                         assert [v for v, _ in drawn["nums"]] == list(want.values()), where
                     for value, text_shown in drawn["nums"]:

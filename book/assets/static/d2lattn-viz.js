@@ -76,6 +76,10 @@
             return Array.isArray(row) ? row.every(isInt) : isInt(row);
           });
         });
+      } else if (panel.type === "scatter") {
+        out[panel.name] = keys.every(function (k) {
+          return spec.frames[k][panel.name].values.every(isInt);
+        });
       } else if (panel.type === "lines") {
         out[panel.name] = keys.every(function (k) {
           var v = spec.frames[k][panel.name];
@@ -257,6 +261,50 @@
     Object.keys(series).forEach(function (k, i) { line(k, series[k], COLORS[i % COLORS.length], false, true); });
   }
 
+  // A picture of points (a point cloud seen from one side): every point small and grey; the
+  // frame's focus point a black cross; each of the frame's points joined to it and filled in
+  // the first colour, from pale (0) to full (vmax), with its value in data-value.
+  function drawScatter(box, panel, value, digits, integer) {
+    var W = 300, H = 300, pad = 12, legendH = 30;
+    var xs = panel.x, ys = panel.y;
+    var x0 = Math.min.apply(null, xs), x1 = Math.max.apply(null, xs);
+    var y0 = Math.min.apply(null, ys), y1 = Math.max.apply(null, ys);
+    var scale = Math.min((W - 2 * pad) / (x1 - x0 || 1), (H - legendH - 2 * pad) / (y1 - y0 || 1));
+    var cx = (W - scale * (x1 - x0)) / 2, cy = (H - legendH - scale * (y1 - y0)) / 2;
+    var X = function (i) { return cx + scale * (xs[i] - x0); };
+    var Y = function (i) { return cy + scale * (y1 - ys[i]); };  // y up, as in a plot
+    var vmax = panel.vmax || Math.max(1e-9, Math.max.apply(null, value.values.map(Math.abs)));
+    var s = svg("svg", { width: W, height: H, viewBox: "0 0 " + W + " " + H, role: "img" }, box);
+    var coloured = {};
+    value.points.forEach(function (j) { coloured[j] = true; });
+    xs.forEach(function (_, i) {
+      if (!coloured[i]) svg("circle", { cx: X(i), cy: Y(i), r: 2.2, fill: "#aaa", "class": "d2lattn-viz-point" }, s);
+    });
+    var f = value.focus;
+    value.points.forEach(function (j) {
+      if (j !== f) svg("line", { x1: X(f), y1: Y(f), x2: X(j), y2: Y(j), stroke: "#999", "stroke-width": 0.8 }, s);
+    });
+    value.points.forEach(function (j, k) {
+      var v = value.values[k], on = Math.min(1, Math.abs(v) / vmax);
+      svg("circle", { cx: X(j), cy: Y(j), r: 5.5, fill: COLORS[0], "fill-opacity": 0.08 + 0.92 * on,
+                      stroke: "#123", "stroke-width": 0.8, "class": "d2lattn-viz-dot",
+                      "data-index": j, "data-value": v }, s);
+    });
+    var d = 6, fx = X(f), fy = Y(f);
+    var cross = svg("g", { "class": "d2lattn-viz-focus", "data-index": f }, s);
+    svg("line", { x1: fx - d, y1: fy - d, x2: fx + d, y2: fy + d, stroke: "#000", "stroke-width": 2.2 }, cross);
+    svg("line", { x1: fx - d, y1: fy + d, x2: fx + d, y2: fy - d, stroke: "#000", "stroke-width": 2.2 }, cross);
+    // the colour scale: 0 to vmax
+    var ly = H - legendH + 8, lx = 40, lw = W - 80, steps = 10;
+    for (var t = 0; t < steps; t++) {
+      svg("rect", { x: lx + t * lw / steps, y: ly, width: lw / steps, height: 8, fill: COLORS[0],
+                    "fill-opacity": 0.08 + 0.92 * (t + 0.5) / steps }, s);
+    }
+    var ends = axisLabels([0, vmax]);
+    svg("text", { x: lx - 4, y: ly + 8, "text-anchor": "end", "font-size": 10, "class": "d2lattn-viz-axis", text: ends[0] }, s);
+    svg("text", { x: lx + lw + 4, y: ly + 8, "font-size": 10, "class": "d2lattn-viz-axis", text: ends[1] }, s);
+  }
+
   function drawReadout(box, values, digits, integers) {
     var t = el("table", { "class": "d2lattn-viz-readout" }, box);
     Object.keys(values).forEach(function (k) {
@@ -353,6 +401,16 @@
             el("td", { text: name ? name + " (" + number + ")" : number }, tr);
           });
         });
+      } else if (panel.type === "scatter") {
+        // as the static table (d2lattn.interactive): the marked point, then each coloured one
+        var first = el("tr", {}, t);
+        el("th", { scope: "row", text: "×" }, first);
+        el("td", { text: String(v.focus) }, first);
+        v.points.forEach(function (j, k) {
+          var tr = el("tr", {}, t);
+          el("th", { scope: "row", text: String(j) }, tr);
+          el("td", { text: f(v.values[k], integers[panel.name]) }, tr);
+        });
       } else if (panel.type === "lines") {
         Object.keys(v).forEach(function (name) {
           var ys = v[name], tr = el("tr", {}, t);
@@ -435,6 +493,7 @@
         if (panel.type === "bars") drawBars(box, panel, v, spec.digits, integers[panel.name]);
         else if (panel.type === "grid") drawGrid(box, panel, v, spec.digits, integers[panel.name]);
         else if (panel.type === "lines") drawLines(box, panel, v);
+        else if (panel.type === "scatter") drawScatter(box, panel, v, spec.digits, integers[panel.name]);
         else drawReadout(box, v, spec.digits, integers[panel.name]);
       });
       labelCharts(root, spec, choice);
