@@ -55,7 +55,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 EXPERIMENTS = ["ch7_bottleneck", "ch8_positions", "ch8_rnn_vs_transformer", "ch10_sweep",
                "ch11_induction_sweep", "ch12_gpt", "ch12_mlm", "ch12_tang_seeds",
                "ch12_lr_sweep", "ch12_ngram", "ch12_scaling", "gpt_variants",
-               "ch14_icl_fresh_seeds", "ch16_sweep"]
+               "ch14_icl_fresh_seeds", "ch16_sweep", "ch17_sparse"]
 
 
 def load(name: str) -> ModuleType:

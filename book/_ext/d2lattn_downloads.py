@@ -118,7 +118,9 @@ ARCHIVE_FILES = ("requirements.txt", "pyproject.toml", "README.md", "LICENSE",
                  "conftest.py", "tests/sanitize.cfg",
                  "locale/zh_CN/LC_MESSAGES/interactive.po",
                  # the script and styles that draw the figures as live widgets in JupyterLab
-                 "book/assets/static/d2lattn-viz.js", "book/assets/static/d2lattn.css")
+                 "book/assets/static/d2lattn-viz.js", "book/assets/static/d2lattn.css",
+                 # chapter 17 runs its sweep's recipe live (imports torch and d2lattn only)
+                 "experiments/__init__.py", "experiments/ch17_sparse.py")
 #: The archive's top folder.
 ARCHIVE_ROOT = "how-attention-works"
 
