@@ -60,3 +60,14 @@ def test_a_stale_or_missing_cell_is_found_and_rewritten(tmp_path, monkeypatch):
                                    "nbformat_minor": 5}), encoding="utf-8")
     with pytest.raises(ValueError, match="b1999"):
         book.refs(check=True)
+
+
+def test_the_chinese_notebook_has_a_chinese_header_and_the_same_works():
+    translate = BOOK._translate_module()
+    path = BOOK.ROOT / "book" / "ch12_gpt.ipynb"
+    cell = json.loads(path.read_text(encoding="utf-8"))["cells"][-1]
+    zh = translate.translate_notebook({"cells": [cell]}, {}, {})["cells"][0]
+    english, chinese = "".join(cell["source"]), "".join(zh["source"])
+    assert chinese.startswith("**本笔记本引用的文献**") and "`radford2019`" in chinese
+    assert chinese.partition("\n\n")[2] == english.partition("\n\n")[2]
+    assert BOOK.REFERENCES_MARK == translate.REFERENCES_MARK

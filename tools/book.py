@@ -1241,7 +1241,7 @@ def font() -> None:
 
 BIBLIOGRAPHY = ROOT / "book" / "references.bib"
 _CITE = re.compile(r"\{cite(?::[a-z]+)?\}`([^`]+)`")
-REFERENCES_MARK = "d2lattn_references"
+REFERENCES_MARK = "d2lattn_references"  # book/_ext/d2lattn_translate.py translates its header
 REFERENCES_HEADER = (
     "**References cited in this notebook** (参考文献). JupyterLab shows a citation as its key, "
     "such as `{key}`; here is each key's work. The website and the PDF format the citations "

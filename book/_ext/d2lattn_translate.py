@@ -305,6 +305,25 @@ def _translate_option(option: str, table: Table) -> str:
     return option
 
 
+#: The metadata key of a chapter's references cell (``tools/book.py refs`` writes it, under the
+#: same name): its list of works is the same in every language, its header is translated here.
+REFERENCES_MARK = "d2lattn_references"
+_REFERENCES_HEADERS = {
+    "zh_CN": ("**本笔记本引用的文献**。JupyterLab 把引用显示为它的键，例如 `{key}`；下面给出每个键"
+              "对应的文献。网站和 PDF 会排好引用的格式、列入全书的参考文献，并略去这个单元。"),
+}
+
+
+def references_header(source: str, language: str) -> str:
+    """A references cell with its first paragraph (the header) in ``language``; the list of
+    works, written by pybtex from the bibliography, stays as it is."""
+    header, sep, works = source.partition("\n\n")
+    if language not in _REFERENCES_HEADERS:
+        return source
+    key = re.search(r"`([^`]+)`", header)
+    return _REFERENCES_HEADERS[language].format(key=key.group(1) if key else "") + sep + works
+
+
 def translate_notebook(notebook: Mapping[str, Any], table: Table, viz_table: Table,
                        *, language: str = "zh_CN",
                        missed: Optional[List[str]] = None) -> dict:
@@ -312,7 +331,10 @@ def translate_notebook(notebook: Mapping[str, Any], table: Table, viz_table: Tab
     outputs as they are (interactive figures redrawn in that language), its language set."""
     out = copy.deepcopy(dict(notebook))
     for cell in out.get("cells", []):
-        if cell.get("cell_type") == "markdown":
+        if cell.get("metadata", {}).get(REFERENCES_MARK):
+            source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+            cell["source"] = _as_lines(references_header(source, language))
+        elif cell.get("cell_type") == "markdown":
             source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
             cell["source"] = _as_lines(translate_markdown(source, table, missed))
         for output in cell.get("outputs", []):
