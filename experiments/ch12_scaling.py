@@ -138,6 +138,13 @@ def frontier_fit(runs: list, metric: str = "window_start_bits",
                           "seeds": p[4]} for p in frontier]}
 
 
+def window_means(bits: torch.Tensor, T: int) -> list:
+    """Per-character bits -> the mean of each complete block of ``T`` (5 decimals): the
+    blocks ``experiments/ch12_ngram.py`` keeps for the shipped checkpoints and the n-grams."""
+    W = bits.numel() // T
+    return [round(v, 5) for v in bits[:W * T].view(W, T).double().mean(1).tolist()]
+
+
 def train_one(phase: str, size: str, lr: float, steps: int, seed: int, device: str,
               data: dict, checkpoint_dir: Path | None = None) -> dict:
     tok, train, held_out = data["tok"], data["train"], data["held_out"]
@@ -159,6 +166,7 @@ def train_one(phase: str, size: str, lr: float, steps: int, seed: int, device: s
     cpu = time.process_time() - start
     D = steps * BATCH_SIZE * BLOCK_SIZE
     window_start = held_out_losses(model, held_out)  # (W, T) bits
+    sliding = sliding_window_losses(model, held_out)  # (characters,) bits
     row = {
         "phase": phase, "size": size, "lr": lr, "steps": steps, "seed": seed,
         "dropout": dropout,
@@ -170,7 +178,11 @@ def train_one(phase: str, size: str, lr: float, steps: int, seed: int, device: s
         "held_out_curve": curve,
         "window_start_bits": round(window_start.mean().item(), 4),
         "window_start_bits_by_position": [round(x, 3) for x in window_start.mean(0).tolist()],
-        "sliding_bits": round(sliding_window_losses(model, held_out).mean().item(), 4),
+        "sliding_bits": round(sliding.mean().item(), 4),
+        # each window's mean, on the blocks of ch12_ngram's table: a paired bootstrap
+        # against an n-gram's bits on the same characters (runs before these fields lack them)
+        "window_start_bits_by_window": window_means(window_start.reshape(-1), BLOCK_SIZE),
+        "sliding_bits_by_window": window_means(sliding, BLOCK_SIZE),
     }
     if checkpoint_dir is not None:  # float16 weights with their config, as chapter 12 ships
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
