@@ -107,8 +107,12 @@ def ngram_row(name: str, max_order: int = MAX_ORDER, chars: int | None = None) -
     return row
 
 
-def _blocks(x: torch.Tensor, T: int, W: int) -> list:
-    return [round(v, 5) for v in x[:W * T].view(W, T).double().mean(1).tolist()]
+def window_means(bits: torch.Tensor, T: int, W: int | None = None) -> list:
+    """Per-character bits ``(N,)`` -> the mean of each of the first ``W`` blocks of ``T``
+    (default: every complete block), 5 decimals: the table's per-window figures, which
+    ``experiments/ch12_scaling.py`` records for its runs on the same blocks."""
+    W = bits.numel() // T if W is None else W
+    return [round(v, 5) for v in bits[:W * T].view(W, T).double().mean(1).tolist()]
 
 
 def checkpoint_row(name: str, chosen: dict, chars: int | None = None) -> dict:
@@ -139,9 +143,9 @@ def checkpoint_row(name: str, chosen: dict, chars: int | None = None) -> dict:
         Ws = sl.numel() // T
         row["models"][f] = {
             "block_size": T, "run": ckpt.get("run", {}).get("size", "four-minute"),
-            "window_start": _blocks(ws, T, W), "sliding": _blocks(sl, T, Ws),
-            "ngrams_window_start": {k: _blocks(v, T, W) for k, v in ngrams.items()},
-            "ngrams_sliding": {k: _blocks(v, T, Ws) for k, v in ngrams.items()},
+            "window_start": window_means(ws, T, W), "sliding": window_means(sl, T, Ws),
+            "ngrams_window_start": {k: window_means(v, T, W) for k, v in ngrams.items()},
+            "ngrams_sliding": {k: window_means(v, T, Ws) for k, v in ngrams.items()},
             "window_start_mean": round(ws.mean().item(), 4),
             "sliding_mean": round(sl.mean().item(), 4)}
     row["chosen"] = dict(chosen)

@@ -88,6 +88,10 @@ from d2lattn.scaling import (PowerLawFit, compute_frontier, fit_frontier,  # noq
                              training_flops)
 from d2lattn.text import CharTokenizer, load_split  # noqa: E402
 
+if not __package__:  # run as a script: the repository root, for the experiments package
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from experiments.ch12_ngram import window_means  # noqa: E402  (the n-gram table's blocks)
+
 TABLE = Path(__file__).resolve().parents[1] / "book" / "data" / "ch12_scaling.json"
 
 #: name -> (num_layers, num_hiddens, num_heads); the feed-forward layer is 4x wider, as in the
@@ -136,13 +140,6 @@ def frontier_fit(runs: list, metric: str = "window_start_bits",
             "scale": fit.scale,
             "frontier": [{"flops": p[0], "bits": round(p[1], 4), "size": p[2], "steps": p[3],
                           "seeds": p[4]} for p in frontier]}
-
-
-def window_means(bits: torch.Tensor, T: int) -> list:
-    """Per-character bits -> the mean of each complete block of ``T`` (5 decimals): the
-    blocks ``experiments/ch12_ngram.py`` keeps for the shipped checkpoints and the n-grams."""
-    W = bits.numel() // T
-    return [round(v, 5) for v in bits[:W * T].view(W, T).double().mean(1).tolist()]
 
 
 def train_one(phase: str, size: str, lr: float, steps: int, seed: int, device: str,
